@@ -1,0 +1,3 @@
+from graphmode.cli.main import app
+
+app()

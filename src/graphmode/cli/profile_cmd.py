@@ -1,0 +1,136 @@
+"""``graphmode profile``: measure every CUDA Graph mode across a workload grid."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from graphmode.cli.common import EXIT_PARTIAL, handle_errors, parse_modes
+from graphmode.errors import ConfigError
+from graphmode.modes import CudaGraphMode
+from graphmode.profiling.dataset import ProfileStore
+from graphmode.profiling.grid import Workload, load_grid
+from graphmode.profiling.records import CellRecord, StartupInfo
+from graphmode.profiling.runner import ProfileConfig, Profiler
+from graphmode.settings import load_settings
+from graphmode.vllm_args import model_arg
+
+console = Console(stderr=True)
+
+
+class RichReporter:
+    """Progress over modes × workloads × repeats with an ETA; one line per finished cell."""
+
+    def __init__(self, progress: Progress, total: int) -> None:
+        self.progress = progress
+        self.task: TaskID = progress.add_task("starting", total=total)
+
+    def mode_starting(self, mode: CudaGraphMode, pending: int) -> None:
+        self.progress.update(self.task, description=f"{mode.value}: starting vLLM ({pending} cells)")
+
+    def mode_started(self, mode: CudaGraphMode, startup: StartupInfo) -> None:
+        bits = [f"startup {startup.startup_s:.0f} s" if startup.startup_s else "started"]
+        if startup.capture_s is not None:
+            bits.append(f"capture {startup.capture_s:g} s / {startup.graph_gib} GiB")
+        if startup.effective_mode and startup.effective_mode != mode.value:
+            bits.append(f"[yellow]vLLM runs {startup.effective_mode}[/]")
+        self.progress.console.print(f"[bold]{mode.value}[/]: " + ", ".join(bits))
+
+    def cell_starting(self, mode: CudaGraphMode, workload: Workload, repeat: int) -> None:
+        self.progress.update(self.task, description=f"{mode.value} · {workload.name} #{repeat}")
+
+    def cell_finished(self, record: CellRecord) -> None:
+        lat = record.latency
+        if record.status == "ok":
+            itl = f"{lat.itl_p50 * 1e3:.2f} ms" if lat.itl_p50 is not None else "-"
+            ttft = f"{lat.ttft_p50 * 1e3:.1f} ms" if lat.ttft_p50 is not None else "-"
+            msg = f"  ok  {record.mode} {record.workload}#{record.repeat}: ITL p50 {itl}, TTFT p50 {ttft}, " \
+                  f"{lat.n_ok}/{lat.n_sent} ok"
+        else:
+            first = (record.reason or "").splitlines()[0] if record.reason else ""
+            msg = f"  [red]FAILED[/] {record.mode} {record.workload}#{record.repeat}: {first}"
+        self.progress.console.print(msg, highlight=False)
+        self.progress.advance(self.task)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        epilog="Everything after -- goes to vLLM unchanged (model, --max-model-len, ...).",
+    )
+    def profile(
+        ctx: typer.Context,
+        grid: Path = typer.Option(None, "--grid", help="Workload grid (YAML/TOML). Default: the bundled grid."),
+        vllm_cmd: str = typer.Option(None, "--vllm-cmd", help="Command prefix that starts vLLM."),
+        dataset: Path = typer.Option(None, "--dataset", help="SQLite dataset to append rows to."),
+        modes: str = typer.Option(None, "--modes", help="Comma-separated modes (default: all five)."),
+        workloads: str = typer.Option(None, "--workloads", help="Comma-separated workload names."),
+        repeats: int = typer.Option(None, "--repeats", min=1, max=20, help="Override every workload's repeats."),
+        resume: bool = typer.Option(False, "--resume", help="Skip cells that already have an ok row."),
+        port: int = typer.Option(None, "--port", min=1, max=65535, help="Port for the vLLM server."),
+        log_dir: Path = typer.Option(None, "--log-dir", help="Where vLLM server logs go."),
+        startup_timeout: float = typer.Option(None, "--startup-timeout", min=1, help="Seconds to wait for /health."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; start nothing."),
+    ) -> None:
+        """Start vLLM once per mode and run the workload grid against it; append one row per cell."""
+        with handle_errors():
+            s = load_settings()
+            vllm_args = list(ctx.args)
+            if vllm_args and vllm_args[0] == "--":
+                vllm_args = vllm_args[1:]
+            grid_path = grid or s.profile.grid
+            g = load_grid(grid_path)
+            selected = g.select([n for n in (workloads or "").split(",") if n])
+            mode_list = parse_modes(modes)
+            command = shlex.split(vllm_cmd) if vllm_cmd else s.vllm.argv()
+            if not command:
+                raise ConfigError("--vllm-cmd is empty")
+            if model_arg(command, vllm_args) is None:
+                raise ConfigError("no model in the vLLM args: pass e.g. `-- --model DIR` after the options")
+            config = ProfileConfig(
+                command=command, vllm_args=vllm_args, modes=mode_list, workloads=selected,
+                dataset=dataset or s.profile.dataset, log_dir=log_dir or s.profile.log_dir,
+                host=s.vllm.host, port=port or s.vllm.port, resume=resume, repeats=repeats,
+                scrape_interval_s=s.profile.scrape_interval_s,
+                startup_timeout_s=startup_timeout or s.vllm.startup_timeout_s,
+                stop_timeout_s=s.vllm.stop_timeout_s, connect_timeout_s=s.vllm.connect_timeout_s,
+                read_timeout_s=s.vllm.read_timeout_s,
+            )
+            with ProfileStore(config.dataset) as store:
+                profiler = Profiler(config, store)
+                pending = profiler.pending()
+                n_pending = sum(len(v) for v in pending.values())
+                console.print(
+                    f"grid [bold]{g.name}[/]: {len(selected)} workloads × {len(mode_list)} modes; "
+                    f"{n_pending} cells to run, dataset {config.dataset} ({store.count()} rows), "
+                    f"profile key {profiler.key}", highlight=False)
+                if dry_run:
+                    for mode, cells in pending.items():
+                        names = ", ".join(f"{w.name}#{r}" for w, r in cells) or "(all done)"
+                        console.print(f"  {mode.value}: {names}", highlight=False)
+                    console.print("vLLM command: " + shlex.join([*command, *vllm_args]), highlight=False)
+                    return
+                columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                           TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+                with Progress(*columns, console=console, transient=False) as progress:
+                    profiler.reporter = RichReporter(progress, n_pending)
+                    summary = profiler.run()
+            console.print(
+                f"done in {summary.wall_s:.0f} s: {summary.ok} ok, {summary.failed} failed, "
+                f"{summary.skipped} already done; {summary.engine_starts} engine starts", highlight=False)
+            for line in summary.failures[:20]:
+                console.print(f"  [red]failed[/] {line.splitlines()[0]}", highlight=False)
+            if summary.failed:
+                raise typer.Exit(EXIT_PARTIAL)

@@ -1,0 +1,337 @@
+"""``graphmode recommend``: the best CUDA Graph mode for some traffic; ``graphmode models``: the registry."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from graphmode.cli.common import handle_errors
+from graphmode.errors import ConfigError
+
+if TYPE_CHECKING:
+    from graphmode.selector.recommend import Recommendation
+
+console = Console(stderr=True)
+# Piped output (CI logs, files) gets a width that fits the tables instead of rich's 80 columns.
+out_console = Console(width=None if sys.stdout.isatty() else 150)
+
+# Columns of the human-readable table: (metric, header, scale, format).
+_COLUMNS: tuple[tuple[str, str, float, str], ...] = (
+    ("ttft_p50", "TTFT p50 ms", 1e3, "{:.1f}"),
+    ("ttft_p99", "TTFT p99 ms", 1e3, "{:.1f}"),
+    ("itl_p50", "ITL p50 ms", 1e3, "{:.2f}"),
+    ("itl_p99", "ITL p99 ms", 1e3, "{:.2f}"),
+    ("e2e_p50", "E2E p50 s", 1.0, "{:.3f}"),
+    ("output_tok_s", "tok/s", 1.0, "{:.0f}"),
+    ("graph_gib", "graph GiB", 1.0, "{:.2f}"),
+    ("startup_s", "startup s", 1.0, "{:.0f}"),
+)
+
+
+def _fmt(v: float | None, scale: float, fmt: str) -> str:
+    return "-" if v is None else fmt.format(v * scale)
+
+
+def _read_features(text: str) -> dict[str, Any]:
+    raw = Path(text[1:]).read_text(encoding="utf-8") if text.startswith("@") else text
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--features is not valid JSON: {exc.msg}") from None
+    if not isinstance(value, dict):
+        raise ConfigError("--features must be a JSON object of observed features")
+    return value
+
+
+def print_recommendation(rec: Recommendation, console: Console) -> None:
+    metric = rec.objective.metric
+    t = Table(title=f"Predicted per mode — objective: {rec.objective_description}", title_justify="left")
+    t.add_column("mode")
+    cols = [c for c in _COLUMNS if any(p.metrics.get(c[0]) is not None for p in rec.predictions)]
+    for _, header, _, _ in cols:
+        t.add_column(header, justify="right")
+    t.add_column("", justify="left")
+    for p in rec.predictions:
+        flags = []
+        if p.mode == rec.mode:
+            flags.append("◀ chosen")
+        elif p.tied:
+            flags.append("tie")
+        if p.mode == rec.default_mode:
+            flags.append("vLLM default")
+        if p.status == "violates":
+            flags.append("violates: " + "; ".join(p.violations))
+        elif p.status == "unverified":
+            flags.append("constraints unverified")
+        name = f"[bold green]{p.mode}[/]" if p.mode == rec.mode else p.mode
+        cells = []
+        for m, _, scale, fmt in cols:
+            cell = _fmt(p.metrics.get(m), scale, fmt)
+            cells.append(f"[bold]{cell}[/]" if m == metric else cell)
+        t.add_row(name, *cells, ", ".join(flags))
+    console.print(t)
+    console.print(
+        f"[bold]mode:[/] [bold green]{rec.mode}[/]    --compilation-config '{rec.compilation_config}'",
+        highlight=False,
+    )
+    if rec.gain_vs_default_pct is not None and rec.mode != rec.default_mode:
+        sig = "" if rec.gain_significant else " [yellow](within noise)[/]"
+        console.print(
+            f"[bold]expected gain vs {rec.default_mode}:[/] {rec.gain_vs_default_pct:+.1f}% on {metric}{sig}",
+            highlight=False,
+        )
+    elif rec.mode == rec.default_mode:
+        others = [m for m in rec.ties if m != rec.mode]
+        tail = f" (tied within noise: {', '.join(others)})" if others else ""
+        console.print(f"[bold]vLLM's default is the answer[/]{tail}", highlight=False)
+    c = rec.confidence
+    margin = "-" if c.margin_sigma is None else f"{c.margin_sigma:.1f}σ over {c.runner_up}"
+    dist = "-" if c.distance_ratio is None else f"{c.distance_ratio:.1f}× usual spacing"
+    colour = {"high": "green", "medium": "yellow", "low": "red"}[c.level]
+    console.print(
+        f"[bold]confidence:[/] [{colour}]{c.level}[/] (margin {margin}; distance to profiled data "
+        f"{dist})" + (": " + "; ".join(c.reasons) if c.reasons else ""),
+        highlight=False,
+    )
+    if rec.classifier_mode is not None:
+        console.print(
+            f"[dim]fast-path classifier: {rec.classifier_mode} "
+            f"({'agrees' if rec.classifier_agrees else 'disagrees'})[/]",
+            highlight=False,
+        )
+    console.print(
+        f"[dim]model {rec.model_id} (fingerprint {', '.join(rec.fingerprint_keys)}, match: "
+        f"{rec.fingerprint_match}); features from {rec.features_source}[/]",
+        highlight=False,
+    )
+    for n in rec.notes:
+        console.print(f"[dim]note: {n}[/]", highlight=False)
+    for w in rec.warnings:
+        console.print(f"[bold yellow]warning:[/] {w}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def recommend(
+        rate: Annotated[
+            float | None, typer.Option("--rate", help="Arrival rate, req/s (workload description).")
+        ] = None,
+        burstiness: Annotated[
+            float, typer.Option("--burstiness", help="Gamma shape of arrivals; 1 = Poisson.")
+        ] = 1.0,
+        input_tokens: Annotated[
+            float | None, typer.Option("--input-tokens", help="Mean prompt tokens.")
+        ] = None,
+        output_tokens: Annotated[
+            float | None, typer.Option("--output-tokens", help="Mean generated tokens.")
+        ] = None,
+        concurrency: Annotated[
+            int | None, typer.Option("--concurrency", help="Client-side cap on requests in flight.")
+        ] = None,
+        features: Annotated[
+            str | None, typer.Option("--features", help="Observed features as JSON (or @file).")
+        ] = None,
+        server: Annotated[
+            str | None, typer.Option("--server", help="Live vLLM server URL: scrape its /metrics.")
+        ] = None,
+        window: Annotated[float, typer.Option("--window", help="Seconds to scrape --server for.")] = 30.0,
+        interval: Annotated[float, typer.Option("--interval", help="Seconds between scrapes.")] = 1.0,
+        objective: Annotated[
+            str | None,
+            typer.Option(
+                "--objective",
+                help="Metric to optimise (itl_p50, ttft_p99, throughput, ...). Default: the model's.",
+            ),
+        ] = None,
+        constraint: Annotated[
+            list[str] | None, typer.Option("--constraint", help="e.g. 'ttft_p99<=200ms'. Repeatable.")
+        ] = None,
+        memory_weight: Annotated[
+            float, typer.Option("--memory-weight", help="Relative cost of 1 GiB graph memory.")
+        ] = 0.0,
+        startup_weight: Annotated[
+            float, typer.Option("--startup-weight", help="Relative cost of 1 s of startup.")
+        ] = 0.0,
+        max_graph_gib: Annotated[
+            float | None, typer.Option("--max-graph-gib", help="Constraint: graph memory ≤ this.")
+        ] = None,
+        max_startup_s: Annotated[
+            float | None, typer.Option("--max-startup-s", help="Constraint: startup seconds ≤ this.")
+        ] = None,
+        model_id: Annotated[
+            str | None, typer.Option("--model-id", help="Use this model (default: best fingerprint match).")
+        ] = None,
+        models_dir: Annotated[
+            Path | None, typer.Option("--models-dir", help="Registry root (default: settings).")
+        ] = None,
+        gpu: Annotated[
+            str | None, typer.Option("--gpu", help="Target GPU name (default: this host's, via NVML).")
+        ] = None,
+        vllm_version: Annotated[
+            str | None, typer.Option("--vllm-version", help="Target vLLM version.")
+        ] = None,
+        model_path: Annotated[
+            str | None, typer.Option("--model-path", help="Target model dir (its config.json).")
+        ] = None,
+        strict: Annotated[
+            bool, typer.Option("--strict", help="Fail instead of warning when the model is stale.")
+        ] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    ) -> None:
+        """Recommend a CUDA Graph mode from observed features, a workload description or a live server."""
+        from graphmode.selector.describe import WorkloadDescription
+        from graphmode.selector.objective import make_objective
+        from graphmode.selector.recommend import Recommender
+        from graphmode.selector.registry import target_fingerprint
+
+        with handle_errors():
+            described = rate is not None or input_tokens is not None or output_tokens is not None
+            given = sum([described, features is not None, server is not None])
+            if given != 1:
+                raise ConfigError(
+                    "give exactly one input: --rate/--input-tokens/--output-tokens, --features "
+                    "JSON, or --server URL"
+                )
+            inputs: Any
+            if described:
+                if rate is None or input_tokens is None or output_tokens is None:
+                    raise ConfigError(
+                        "a workload description needs --rate, --input-tokens and --output-tokens"
+                    )
+                try:
+                    inputs = WorkloadDescription(
+                        rate=rate,
+                        burstiness=burstiness,
+                        input_tokens=input_tokens,
+                        output_tokens=output_tokens,
+                        concurrency=concurrency,
+                    )
+                except ValueError as exc:
+                    raise ConfigError(f"invalid workload description: {exc}") from None
+            elif features is not None:
+                from pydantic import ValidationError
+
+                from graphmode.profiling.records import ObservedFeatures
+
+                try:
+                    inputs = ObservedFeatures.model_validate(_read_features(features))
+                except ValidationError as exc:
+                    first = exc.errors()[0]
+                    raise ConfigError(
+                        f"--features: {'.'.join(map(str, first['loc']))}: {first['msg']} "
+                        f"(known: {', '.join(ObservedFeatures.model_fields)})"
+                    ) from None
+            obj_args = dict(
+                memory_weight=memory_weight,
+                startup_weight=startup_weight,
+                max_graph_gib=max_graph_gib,
+                max_startup_s=max_startup_s,
+            )
+            target = target_fingerprint(
+                server_url=server, model_path=model_path, gpu_name=gpu, vllm_version=vllm_version
+            )
+            rec = Recommender.load(models_dir, model_id, target=target, strict=strict)
+            obj = (
+                make_objective(objective, constraint or [], **obj_args)  # type: ignore[arg-type]
+                if (objective or constraint or any(v for v in obj_args.values()))
+                else None
+            )
+            if obj is not None and objective is None:
+                obj = obj.model_copy(update={"metric": rec.default_objective.metric})
+            if server is not None:
+                from graphmode.selector.live import observe_server
+
+                console.print(f"scraping {server} for {window:g} s ...", highlight=False)
+                inputs = observe_server(server, window, interval)
+            answer = rec.recommend(inputs, obj, source="server" if server is not None else None)
+            if as_json:
+                out_console.print_json(json.dumps(answer.model_dump(mode="json")))
+            else:
+                print_recommendation(answer, out_console)
+
+    @app.command()
+    def models(
+        models_dir: Annotated[
+            Path | None, typer.Option("--models-dir", help="Registry root (default: settings).")
+        ] = None,
+        model_id: Annotated[str | None, typer.Option("--model-id", help="Print this model's card.")] = None,
+        as_json: Annotated[bool, typer.Option("--json")] = False,
+    ) -> None:
+        """List the models in the registry (or print one card), with staleness against this host."""
+        from graphmode.selector.registry import (
+            default_models_dir,
+            list_models,
+            match_card,
+            model_card,
+            target_fingerprint,
+        )
+
+        with handle_errors():
+            root = models_dir or default_models_dir()
+            if model_id:
+                c = model_card(model_id, root)
+                out_console.print_json(c.model_dump_json())
+                return
+            target = target_fingerprint()
+            entries = list_models(root)
+            if as_json:
+                out_console.print_json(
+                    json.dumps(
+                        [
+                            {
+                                "model_id": e.model_id,
+                                "folder": str(e.folder),
+                                "error": e.error,
+                                "card": e.card.model_dump(mode="json") if e.card else None,
+                                "match": match_card(e.card, target).model_dump() if e.card else None,
+                            }
+                            for e in entries
+                        ]
+                    )
+                )
+                return
+            if not entries:
+                out_console.print(f"no models under {root}", highlight=False)
+                return
+            t = Table(title=f"Models under {root}", title_justify="left")
+            for col in (
+                "model id",
+                "GPU",
+                "vLLM",
+                "shapes",
+                "rows",
+                "workloads",
+                "modes",
+                "CV regret",
+                "vs default",
+                "here",
+            ):
+                t.add_column(col)
+            for e in entries:
+                if e.card is None:
+                    t.add_row(e.model_id, f"[red]broken: {e.error}[/]", *[""] * 8)
+                    continue
+                c = e.card
+                s = c.cv.summaries[0] if c.cv.summaries else None
+                m = match_card(c, target)
+                t.add_row(
+                    c.model_id + (" [yellow](synthetic)[/]" if c.synthetic else ""),
+                    c.gpu_name or "-",
+                    c.vllm_version or "-",
+                    ", ".join(str(x.get("model_architecture")) for x in c.shapes),
+                    str(c.dataset.rows_used),
+                    str(c.dataset.n_workloads),
+                    str(len(c.modes)),
+                    "-" if s is None or s.mean_regret_pct is None else f"{s.mean_regret_pct:.1f}%",
+                    "-"
+                    if s is None or s.mean_gain_vs_default_pct is None
+                    else f"{s.mean_gain_vs_default_pct:+.1f}%",
+                    m.kind + (" (stale)" if m.stale else ""),
+                )
+            out_console.print(t)

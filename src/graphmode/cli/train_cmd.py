@@ -1,0 +1,334 @@
+"""``graphmode train`` and ``graphmode retrain``: fit a selector model on a profile, cross-validated."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from graphmode.cli.common import handle_errors, parse_modes
+from graphmode.errors import ConfigError
+
+if TYPE_CHECKING:
+    from graphmode.selector.card import CVReport
+    from graphmode.selector.train import TrainResult
+
+console = Console(stderr=True)
+# Piped output (CI logs, files) gets a width that fits the tables instead of rich's 80 columns.
+out_console = Console(width=None if sys.stdout.isatty() else 150)
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}%"
+
+
+def _objective(metric: str | None, constraints: list[str] | None) -> Any:
+    from graphmode.selector.objective import make_objective
+    from graphmode.settings import load_settings
+
+    return make_objective(metric or load_settings().selector.objective, constraints or [])
+
+
+def print_report(report: CVReport, console: Console) -> None:
+    """Candidate comparison, per-objective summary and the per-workload table of a CV report."""
+    if report.skipped:
+        console.print(f"[yellow]cross-validation skipped:[/] {report.skipped}", highlight=False)
+        return
+    t = Table(
+        title=f"Candidates ({report.scheme}, {report.folds} folds, default objective)", title_justify="left"
+    )
+    for col in ("estimator", "kind", "mean regret", "max regret", "correct", "log-RMSE", "agree", "µs/row"):
+        t.add_column(col, justify="left" if col in ("estimator", "kind") else "right")
+    for role, cands, chosen in (
+        ("regressor", report.regressor_candidates, report.chosen_regressor),
+        ("classifier", report.classifier_candidates, report.chosen_classifier),
+    ):
+        for c in cands:
+            mark = " ◀" if c.kind == chosen else ""
+            t.add_row(
+                role,
+                c.kind + mark,
+                _pct(c.mean_regret_pct),
+                _pct(c.max_regret_pct),
+                _pct(c.correct_pct),
+                "-" if c.mean_log_rmse is None else f"{c.mean_log_rmse:.3f}",
+                _pct(c.agreement_pct),
+                "-" if c.predict_us is None else f"{c.predict_us:.0f}",
+            )
+    console.print(t)
+    s = Table(
+        title=f"Selector ({report.chosen_regressor} regressors) vs baselines, held-out workloads",
+        title_justify="left",
+    )
+    for col in (
+        "objective",
+        "n",
+        "regret",
+        "max",
+        "correct",
+        "vs default",
+        "vs static",
+        "static mode",
+        "default's regret",
+        "static's regret",
+    ):
+        s.add_column(col, justify="left" if col in ("objective", "static mode") else "right")
+    rows = list(report.summaries) + (
+        [report.classifier.model_copy(update={"objective": report.classifier.objective + " (classifier)"})]
+        if report.classifier
+        else []
+    )
+    rows += list(report.shape_cv)
+    for x in rows:
+        s.add_row(
+            x.objective,
+            str(x.n),
+            _pct(x.mean_regret_pct),
+            _pct(x.max_regret_pct),
+            _pct(x.correct_pct),
+            _pct(x.mean_gain_vs_default_pct),
+            _pct(x.mean_gain_vs_static_pct),
+            x.static_mode or "-",
+            _pct(x.default_regret_pct),
+            _pct(x.static_regret_pct),
+        )
+    console.print(s)
+    first = report.summaries[0].objective if report.summaries else None
+    w = Table(title=f"Per held-out workload ({first})", title_justify="left")
+    for col in ("workload", "oracle", "tied", "chosen", "regret", "vs default", "vs static"):
+        w.add_column(col, justify="right" if col in ("regret", "vs default", "vs static") else "left")
+    for r in report.workloads:
+        if r.objective != first:
+            continue
+        chosen = r.chosen or "-"
+        style = "" if r.correct else "[red]"
+        w.add_row(
+            r.workload,
+            r.oracle,
+            ",".join(m for m in r.ties if m != r.oracle) or "-",
+            f"{style}{chosen}",
+            _pct(r.regret_pct),
+            _pct(r.gain_vs_default_pct),
+            _pct(r.gain_vs_static_pct),
+        )
+    console.print(w)
+    console.print(f"[dim]{report.reason}[/]", highlight=False)
+
+
+def _print_result(res: TrainResult, as_json: bool) -> None:
+    if as_json:
+        out_console.print_json(
+            json.dumps(
+                {
+                    "model_id": res.model_id,
+                    "out_dir": str(res.out_dir),
+                    "card": res.card.model_dump(mode="json"),
+                }
+            )
+        )
+        return
+    print_report(res.report, out_console)
+    card = res.card
+    for d in card.describe:
+        if d.feature in ("batch_mean", "concurrency_mean", "batch_cv"):
+            out_console.print(
+                f"description → {d.feature}: calibration ×{d.calibration:.2f}, median |log error| "
+                f"{d.median_abs_log_err_raw or 0:.3f} raw → {d.median_abs_log_err_calibrated or 0:.3f} "
+                f"(n={d.n})",
+                highlight=False,
+            )
+    for note in card.notes:
+        style = "bold yellow" if "SYNTHETIC" in note else "yellow"
+        out_console.print(f"[{style}]note:[/] {note}", highlight=False)
+    out_console.print(
+        f"[bold green]model {res.model_id}[/] → {res.out_dir} "
+        f"({card.dataset.rows_used} rows, fingerprint {', '.join(card.fingerprint_keys)})",
+        highlight=False,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def train(
+        dataset: Annotated[Path, typer.Option("--dataset", help="Profile dataset (SQLite) to train on.")],
+        out: Annotated[
+            Path | None,
+            typer.Option("--out", help="Model folder. Default: models/<derived from fingerprint>."),
+        ] = None,
+        models_dir: Annotated[
+            Path | None, typer.Option("--models-dir", help="Registry root (default: settings).")
+        ] = None,
+        objective: Annotated[
+            str | None, typer.Option("--objective", help="Default objective metric (e.g. itl_p50).")
+        ] = None,
+        constraint: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--constraint", help="Default-objective constraint, e.g. 'ttft_p99<=200ms'. Repeatable."
+            ),
+        ] = None,
+        regressor: Annotated[
+            str, typer.Option("--regressor", help="auto|ridge|knn|extra_trees|mean")
+        ] = "auto",
+        classifier: Annotated[
+            str,
+            typer.Option(
+                "--classifier", help="auto|extra_trees|random_forest|gradient_boosting|decision_tree|knn"
+            ),
+        ] = "auto",
+        fingerprint: Annotated[
+            str | None, typer.Option("--fingerprint", help="Train on rows of this fingerprint key only.")
+        ] = None,
+        profile_key: Annotated[
+            str | None, typer.Option("--profile-key", help="Train on rows of this profile key only.")
+        ] = None,
+        no_copy: Annotated[
+            bool, typer.Option("--no-copy-dataset", help="Do not copy the dataset into the folder.")
+        ] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the model card as JSON.")] = False,
+    ) -> None:
+        """Fit per-mode regressors and the best-mode classifier; print and save leave-one-workload-out CV."""
+        from graphmode.selector.estimators import CLASSIFIER_KINDS, REGRESSOR_KINDS
+        from graphmode.selector.train import train as run_train
+
+        with handle_errors():
+            if regressor != "auto" and regressor not in REGRESSOR_KINDS:
+                raise ConfigError(f"--regressor must be auto or one of {', '.join(REGRESSOR_KINDS)}")
+            if classifier != "auto" and classifier not in CLASSIFIER_KINDS:
+                raise ConfigError(f"--classifier must be auto or one of {', '.join(CLASSIFIER_KINDS)}")
+            obj = _objective(objective, constraint)
+            res = run_train(
+                dataset,
+                out,
+                models_dir=models_dir,
+                objective=obj,
+                regressor=regressor,  # type: ignore[arg-type]
+                classifier=classifier,  # type: ignore[arg-type]
+                fingerprint_key=fingerprint,
+                profile_key=profile_key,
+                copy_dataset=not no_copy,
+                progress=lambda m: console.print(m, highlight=False),
+            )
+            _print_result(res, as_json)
+
+    @app.command(
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        epilog="Everything after -- goes to vLLM unchanged (model, --max-model-len, ...).",
+    )
+    def retrain(
+        ctx: typer.Context,
+        grid: Annotated[
+            Path | None, typer.Option("--grid", help="Workload grid (default: the bundled grid).")
+        ] = None,
+        vllm_cmd: Annotated[
+            str | None, typer.Option("--vllm-cmd", help="Command prefix that starts vLLM.")
+        ] = None,
+        models_dir: Annotated[
+            Path | None, typer.Option("--models-dir", help="Registry root (default: settings).")
+        ] = None,
+        dataset: Annotated[
+            Path | None,
+            typer.Option(
+                "--dataset", help="Profile dataset (default: <models-dir>/_profiles/<profile key>.sqlite)."
+            ),
+        ] = None,
+        modes: Annotated[
+            str | None, typer.Option("--modes", help="Comma-separated modes (default: all five).")
+        ] = None,
+        workloads: Annotated[
+            str | None, typer.Option("--workloads", help="Comma-separated workload names.")
+        ] = None,
+        repeats: Annotated[
+            int | None, typer.Option("--repeats", min=1, max=20, help="Override every workload's repeats.")
+        ] = None,
+        fresh: Annotated[
+            bool,
+            typer.Option(
+                "--fresh",
+                help="Do not resume: measure every cell again (after a vLLM upgrade with unchanged args).",
+            ),
+        ] = False,
+        port: Annotated[int | None, typer.Option("--port", min=1, max=65535)] = None,
+        log_dir: Annotated[Path | None, typer.Option("--log-dir")] = None,
+        objective: Annotated[
+            str | None, typer.Option("--objective", help="Default objective metric.")
+        ] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the new model card as JSON.")] = False,
+    ) -> None:
+        """Profile the current fingerprint (resuming) and train a model for it into the registry."""
+        from graphmode.cli.profile_cmd import RichReporter
+        from graphmode.profiling.grid import load_grid
+        from graphmode.profiling.runner import ProfileConfig
+        from graphmode.selector.retrain import retrain as run_retrain
+        from graphmode.selector.retrain import retrain_dataset_path
+        from graphmode.settings import load_settings
+        from graphmode.vllm_args import model_arg
+
+        with handle_errors():
+            s = load_settings()
+            vllm_args = list(ctx.args)
+            if vllm_args and vllm_args[0] == "--":
+                vllm_args = vllm_args[1:]
+            g = load_grid(grid or s.profile.grid)
+            selected = g.select([n for n in (workloads or "").split(",") if n])
+            command = shlex.split(vllm_cmd) if vllm_cmd else s.vllm.argv()
+            if not command:
+                raise ConfigError("--vllm-cmd is empty")
+            if model_arg(command, vllm_args) is None:
+                raise ConfigError("no model in the vLLM args: pass e.g. `-- --model DIR` after the options")
+            root = models_dir or s.selector.models_dir
+            config = ProfileConfig(
+                command=command,
+                vllm_args=vllm_args,
+                modes=parse_modes(modes),
+                workloads=selected,
+                dataset=dataset or Path("unused"),
+                log_dir=log_dir or s.profile.log_dir,
+                host=s.vllm.host,
+                port=port or s.vllm.port,
+                resume=not fresh,
+                repeats=repeats,
+                scrape_interval_s=s.profile.scrape_interval_s,
+                startup_timeout_s=s.vllm.startup_timeout_s,
+                stop_timeout_s=s.vllm.stop_timeout_s,
+                connect_timeout_s=s.vllm.connect_timeout_s,
+                read_timeout_s=s.vllm.read_timeout_s,
+            )
+            path = dataset or retrain_dataset_path(config, root)
+            console.print(
+                f"retrain: profiling into {path} ({'fresh' if fresh else 'resuming'}), then training "
+                f"into {root}",
+                highlight=False,
+            )
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            with Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+            ) as progress:
+                total = len(config.modes) * sum(repeats or w.repeats for w in selected)
+                reporter = RichReporter(progress, total)
+                res = run_retrain(
+                    config,
+                    models_dir=root,
+                    dataset=path,
+                    resume=not fresh,
+                    objective=_objective(objective, None),
+                    reporter=reporter,
+                    progress=lambda m: console.print(m, highlight=False),
+                )
+            console.print(
+                f"profile: {res.profile.ok} ok, {res.profile.failed} failed, {res.profile.skipped} "
+                "already done",
+                highlight=False,
+            )
+            _print_result(res.train, as_json)

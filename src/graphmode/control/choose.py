@@ -1,0 +1,249 @@
+"""Choosing the mode before vLLM starts (``graphmode launch``), and merging it into vLLM's arguments.
+
+Basis, in order: an explicit workload description; the last features ``watch`` observed for this
+deployment; the model's best static mode for the objective. Source, in order: a remote graphmode
+service (``selector_url``), the local model, vLLM's own default. Every step that fails is recorded in
+``notes`` so the launcher can say which source answered and why the others did not.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import httpx
+
+from graphmode.errors import GraphmodeError
+from graphmode.modes import DEFAULT_MODE, CudaGraphMode, parse_mode
+from graphmode.vllm_args import compilation_config_of, user_mode, with_mode
+
+if TYPE_CHECKING:
+    from graphmode.profiling.records import ObservedFeatures
+    from graphmode.selector.card import ModelCard
+    from graphmode.selector.describe import WorkloadDescription
+    from graphmode.selector.objective import Objective
+    from graphmode.selector.recommend import Recommender
+
+Source = Literal["remote", "local", "default", "user"]
+Basis = Literal["workload", "features", "static", "user", "default"]
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """An objective as the user wrote it: sent as-is to a remote service, parsed for the local model."""
+
+    metric: str | None = None
+    constraints: tuple[str, ...] = ()
+
+    def build(self, default_metric: str) -> Objective:
+        from graphmode.selector.objective import make_objective
+
+        return make_objective(self.metric, list(self.constraints), default_metric=default_metric)
+
+    def payload(self, default_metric: str) -> dict[str, Any]:
+        return {"metric": self.metric or default_metric, "constraints": list(self.constraints)}
+
+
+@dataclass
+class Choice:
+    mode: CudaGraphMode
+    source: Source
+    basis: Basis
+    reason: str
+    notes: list[str] = field(default_factory=list)
+    model_id: str | None = None
+    elapsed_ms: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode.value, "source": self.source, "basis": self.basis, "reason": self.reason,
+                "notes": self.notes, "model_id": self.model_id, "elapsed_ms": round(self.elapsed_ms, 1)}
+
+
+RecommenderLoader = Callable[[Path, str | None], "Recommender"]
+
+
+def _load_local(models_dir: Path, model_id: str | None) -> Recommender:
+    from graphmode.selector.recommend import Recommender
+
+    return Recommender.load(models_dir, model_id)
+
+
+def remote_recommend(url: str, body: Mapping[str, Any], *, connect_timeout_s: float = 0.3,
+                     read_timeout_s: float = 0.7,
+                     transport: httpx.BaseTransport | None = None) -> tuple[CudaGraphMode, dict[str, Any]]:
+    """Ask a graphmode service; raises :class:`GraphmodeError` with a one-line reason on any failure."""
+    endpoint = url.rstrip("/") + "/v1/recommend"
+    timeout = httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s, write=read_timeout_s,
+                            pool=connect_timeout_s)
+    try:
+        with httpx.Client(timeout=timeout, transport=transport) as client:
+            r = client.post(endpoint, json=dict(body))
+    except httpx.TimeoutException as exc:
+        raise GraphmodeError(f"selector service {endpoint} timed out ({type(exc).__name__})") from None
+    except httpx.HTTPError as exc:
+        raise GraphmodeError(f"selector service {endpoint} unreachable: {exc}") from None
+    if r.status_code != 200:
+        raise GraphmodeError(f"selector service answered HTTP {r.status_code}: {r.text[:200]}")
+    try:
+        data = r.json()
+        mode = parse_mode(str(data["mode"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise GraphmodeError(f"selector service gave an unusable answer: {exc}") from None
+    if not isinstance(data, dict):
+        raise GraphmodeError("selector service gave a non-object answer")
+    return mode, data
+
+
+def card_static_mode(card: ModelCard, objective: Objective) -> str | None:
+    desc = objective.describe()
+    for s in card.cv.summaries:
+        if s.objective == desc and s.static_mode:
+            return s.static_mode
+    return None
+
+
+def best_static_mode(rec: Recommender, objective: Objective) -> tuple[str, str]:
+    """The mode best on most profiled workloads for ``objective``, and where that came from.
+
+    The card's cross-validation summary names it for the objectives it evaluated; for any other
+    objective every training workload is ranked with the model's predictions and the majority wins
+    (vLLM's default on a tie).
+    """
+    from graphmode.selector.objective import rank
+
+    static = card_static_mode(rec.card, objective)
+    if static is not None:
+        return static, "model card (measured, cross-validation)"
+    votes: Counter[str] = Counter()
+    cv = rec.model.noise_cv.get(objective.metric)
+    for x in rec.model.train_x:
+        table = rec._table(x)
+        noise = {m: (None if cv is None or row.get(objective.metric) is None
+                     else cv * abs(row[objective.metric] or 0.0)) for m, row in table.items()}
+        r = rank(table, noise, objective, rec.default_mode)
+        if r.best is not None:
+            votes[r.best] += 1
+    if not votes:
+        return DEFAULT_MODE.value, "no training workload could be ranked: vLLM's default"
+    best = max(votes, key=lambda m: (votes[m], m == DEFAULT_MODE.value))
+    return best, f"predicted best on {votes[best]}/{sum(votes.values())} profiled workloads"
+
+
+def choose_mode(
+    *,
+    workload: WorkloadDescription | None = None,
+    features: ObservedFeatures | Mapping[str, Any] | None = None,
+    objective: ObjectiveSpec = ObjectiveSpec(),
+    default_metric: str = "itl_p50",
+    selector_url: str | None = None,
+    models_dir: Path | None = None,
+    model_id: str | None = None,
+    connect_timeout_s: float = 0.3,
+    read_timeout_s: float = 0.7,
+    loader: RecommenderLoader = _load_local,
+    transport: httpx.BaseTransport | None = None,
+) -> Choice:
+    t0 = time.perf_counter()
+    notes: list[str] = []
+    obj = objective.build(default_metric)  # a bad objective is the caller's error, not a fallback
+    basis: Basis
+    inputs: Any
+    if workload is not None:
+        basis, inputs = "workload", workload
+    elif features is not None:
+        basis, inputs = "features", features
+    else:
+        basis, inputs = "static", None
+
+    def done(c: Choice) -> Choice:
+        c.elapsed_ms = (time.perf_counter() - t0) * 1e3
+        return c
+
+    if selector_url and inputs is not None:
+        body: dict[str, Any] = {"objective": objective.payload(default_metric)}
+        if model_id:
+            body["model_id"] = model_id
+        if basis == "workload":
+            assert workload is not None
+            body["workload"] = workload.model_dump(exclude_none=True)
+        else:
+            feats = features if isinstance(features, Mapping) else features.model_dump()  # type: ignore[union-attr]
+            body["features"] = {k: v for k, v in dict(feats).items() if v is not None}
+        try:
+            mode, data = remote_recommend(selector_url, body, connect_timeout_s=connect_timeout_s,
+                                          read_timeout_s=read_timeout_s, transport=transport)
+            return done(Choice(mode, "remote", basis, f"selector service {selector_url} recommends "
+                               f"{mode.value} for the {basis}", notes, model_id=data.get("model_id")))
+        except GraphmodeError as exc:
+            notes.append(f"{exc}; falling back to the local model")
+    elif selector_url:
+        notes.append("the selector service is asked only for a workload or observed features; "
+                     "the static choice comes from the local model")
+
+    if models_dir is None:
+        notes.append("no local models folder configured")
+        return done(Choice(DEFAULT_MODE, "default", "default", f"vLLM's default {DEFAULT_MODE.value}", notes))
+    try:
+        if inputs is None and loader is _load_local:
+            # The card alone (JSON, no scikit-learn import) names the static mode for evaluated objectives.
+            from graphmode.selector.registry import select_model
+
+            entry, _ = select_model(models_dir, model_id, None)
+            static = card_static_mode(entry.card, obj) if entry.card is not None else None
+            if static is not None:
+                return done(Choice(parse_mode(static), "local", "static",
+                                   f"model {entry.model_id}: best static mode for {obj.describe()} "
+                                   "(model card, measured, cross-validation)", notes,
+                                   model_id=entry.model_id))
+        rec = loader(models_dir, model_id)
+        if inputs is None:
+            mode_name, how = best_static_mode(rec, obj)
+            mode = parse_mode(mode_name)
+            return done(Choice(mode, "local", "static", f"model {rec.model_id}: best static mode for "
+                               f"{obj.describe()} ({how})", notes, model_id=rec.model_id))
+        ans = rec.recommend(inputs, obj)
+        notes.extend(ans.warnings)
+        return done(Choice(parse_mode(ans.mode), "local", basis,
+                           f"model {rec.model_id} recommends {ans.mode} for the {basis} ({obj.describe()}, "
+                           f"confidence {ans.confidence.level})", notes, model_id=rec.model_id))
+    except (GraphmodeError, OSError, ValueError) as exc:
+        notes.append(f"local model unavailable: {exc}")
+    return done(Choice(DEFAULT_MODE, "default", "default",
+                       f"no selector answered: vLLM's default {DEFAULT_MODE.value}", notes))
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    args: list[str]
+    mode: CudaGraphMode
+    applied: bool  # False when the user's own cudagraph_mode was kept
+    message: str
+
+
+def user_choice(args: Sequence[str]) -> CudaGraphMode | None:
+    """The user's cudagraph_mode, if any (raises ConfigError on a malformed compilation config)."""
+    return user_mode(list(args))
+
+
+def merge_mode(args: Sequence[str], mode: CudaGraphMode, *, force: bool) -> LaunchPlan:
+    """``args`` with ``cudagraph_mode`` set, every other compilation-config key kept; a user mode wins."""
+    args = list(args)
+    mine = user_mode(args)
+    if mine is not None and not force:
+        why = (f"graphmode would pick {mode.value}; --force overrides" if mode != mine
+               else "--force lets graphmode choose")
+        return LaunchPlan(args, mine, False, f"keeping the user's cudagraph_mode {mine.value} ({why})")
+    kept = {k: v for k, v in compilation_config_of(args).items() if k != "cudagraph_mode"}
+    extra = f", other compilation-config keys kept: {', '.join(sorted(kept))}" if kept else ""
+    over = f" (overriding the user's {mine.value})" if mine is not None and mine != mode else ""
+    return LaunchPlan(with_mode(args, mode), mode, True, f"cudagraph_mode {mode.value}{over}{extra}")
+
+
+def features_json(features: ObservedFeatures | Mapping[str, Any]) -> str:
+    data = features if isinstance(features, Mapping) else features.model_dump()
+    return json.dumps(dict(data), sort_keys=True)

@@ -1,0 +1,231 @@
+"""When to switch CUDA Graph mode: pure logic, an injectable clock, every decision with its numbers.
+
+A switch restarts vLLM, which costs capacity; it pays only if the predicted gain, held for the time it is
+expected to last, beats that cost. With ``r`` the observed request rate (req/s)::
+
+    benefit = gain × horizon_s × r            request-seconds of work saved (relative gain × requests)
+    cost    = startup_s × lost_capacity × r   request-seconds of capacity lost while the new server starts
+
+``lost_capacity`` is 1 for stop-then-start (the whole server is down for ``startup_s``) and a fraction
+for blue/green (the new server shares the accelerator while it starts). A switch happens only when
+
+1. the recommended mode is not the current one and the current one is not tied with it (within noise);
+2. the relative gain is at least ``min_gain`` and ``benefit > cost`` (there is traffic);
+3. the same winner held for ``confirmations`` consecutive evaluations (hysteresis);
+4. the current mode has run for ``min_dwell_s``; ``cooldown_s`` has passed since the last attempt;
+5. failed switches are not flapping: after ``max_attempts`` failures inside ``attempts_window_s``,
+   no attempt before the last failure + ``retry_in_s`` (as circus's ``attempts``/``window``/``retry_in``).
+
+Timestamps are wall-clock seconds (``time.time``) so they survive a restart of the controller.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from graphmode.settings import ControlSettings
+
+Clock = Callable[[], float]
+Action = Literal["stay", "hold", "switch"]
+MAX_ATTEMPTS_KEPT = 50
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    min_dwell_s: float = 600.0
+    cooldown_s: float = 300.0
+    min_gain: float = 0.05
+    horizon_s: float = 1800.0
+    max_attempts: int = 3
+    attempts_window_s: float = 3600.0
+    retry_in_s: float = 120.0
+    confirmations: int = 3
+    lost_capacity: float = 1.0
+
+    @classmethod
+    def from_settings(cls, c: ControlSettings, *, confirmations: int = 3,
+                      lost_capacity: float = 1.0) -> PolicyConfig:
+        return cls(min_dwell_s=c.min_dwell_s, cooldown_s=c.cooldown_s, min_gain=c.min_gain,
+                   horizon_s=c.horizon_s, max_attempts=c.max_attempts,
+                   attempts_window_s=c.attempts_window_s, retry_in_s=c.retry_in_s,
+                   confirmations=confirmations, lost_capacity=lost_capacity)
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What the selector said, reduced to what the policy needs."""
+
+    best: str
+    scores: Mapping[str, float | None]  # objective score per mode (as ranked by the selector)
+    direction: Literal["min", "max"] = "min"
+    ties: tuple[str, ...] = ()  # modes within the noise of ``best``
+    noise: Mapping[str, float | None] = field(default_factory=dict)
+    startup_s: Mapping[str, float | None] = field(default_factory=dict)  # predicted, per mode
+
+    def gain(self, current: str) -> float | None:
+        """Relative improvement of ``best`` over ``current`` (0.1 = 10 % better), None if unknown."""
+        b, c = self.scores.get(self.best), self.scores.get(current)
+        if b is None or c is None or c <= 0 or b <= 0:
+            return None
+        return (c - b) / c if self.direction == "min" else (b - c) / c
+
+
+class Attempt(BaseModel):
+    t: float
+    from_mode: str | None
+    to_mode: str
+    ok: bool
+    reason: str = ""
+    downtime_s: float | None = None
+
+
+class PolicyState(BaseModel):
+    """What the policy remembers between evaluations (persisted by the controller)."""
+
+    mode_since: float | None = Field(None, description="when the current mode started serving")
+    last_attempt_at: float | None = None
+    streak_mode: str | None = None
+    streak_count: int = 0
+    flap_reset_at: float = 0.0
+    attempts: list[Attempt] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    current: str
+    target: str | None
+    reason: str
+    t: float
+    numbers: dict[str, Any]
+
+    @property
+    def switch(self) -> bool:
+        return self.action == "switch"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"t": self.t, "action": self.action, "current": self.current, "target": self.target,
+                "reason": self.reason, "numbers": self.numbers}
+
+    def line(self) -> str:
+        nums = ", ".join(f"{k}={_fmt(v)}" for k, v in self.numbers.items() if v is not None)
+        tgt = f" → {self.target}" if self.target and self.target != self.current else ""
+        return f"{self.action.upper()} {self.current}{tgt}: {self.reason} ({nums})"
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+class Policy:
+    """Decide stay / hold / switch. ``evaluate`` updates the hysteresis streak in ``state``."""
+
+    def __init__(self, config: PolicyConfig, clock: Clock = time.time) -> None:
+        if config.confirmations < 1:
+            raise ValueError("confirmations must be >= 1")
+        self.config = config
+        self.clock = clock
+
+    def evaluate(self, state: PolicyState, current: str, advice: Advice | None, *,
+                 startup_s: float | None, rate: float | None) -> Decision:
+        now = self.clock()
+        c = self.config
+        if state.mode_since is None:
+            state.mode_since = now
+        nums: dict[str, Any] = {"rate": rate, "startup_s": startup_s}
+
+        def out(action: Action, reason: str, target: str | None = None) -> Decision:
+            if action == "stay":
+                state.streak_mode, state.streak_count = None, 0
+            nums["streak"] = state.streak_count
+            return Decision(action, current, target, reason, now, dict(nums))
+
+        if advice is None:
+            return out("stay", "no recommendation (no features yet or the selector failed)")
+        best = advice.best
+        nums["best"] = best
+        if best == current:
+            return out("stay", "the current mode is the recommended one")
+        if current in advice.ties:
+            return out("stay", f"{best} is within the noise of the current mode", best)
+        gain = advice.gain(current)
+        nums["gain"] = gain
+        nums["min_gain"] = c.min_gain
+        if gain is None:
+            return out("stay", f"no prediction to compare {best} with {current}", best)
+        if gain < c.min_gain:
+            return out("stay", f"predicted gain {gain:.1%} < min_gain {c.min_gain:.1%}", best)
+        if not rate or rate <= 0:
+            return out("stay", "no traffic: nothing to gain from a restart", best)
+        start = startup_s if startup_s is not None else advice.startup_s.get(best)
+        if start is None:
+            start = 60.0
+            nums["startup_s_assumed"] = start
+        benefit = gain * c.horizon_s * rate
+        cost = start * c.lost_capacity * rate
+        nums.update(benefit=benefit, cost=cost, horizon_s=c.horizon_s, lost_capacity=c.lost_capacity)
+        if benefit <= cost:
+            return out("stay", f"gain over the horizon ({benefit:.4g}) does not beat the restart cost "
+                               f"({cost:.4g})", best)
+        # Hysteresis: the same winner K evaluations in a row.
+        if state.streak_mode == best:
+            state.streak_count += 1
+        else:
+            state.streak_mode, state.streak_count = best, 1
+        if state.streak_count < c.confirmations:
+            return out("hold", f"{best} wins {state.streak_count}/{c.confirmations} evaluations in a row",
+                       best)
+        dwell = now - state.mode_since
+        nums["dwell_s"] = dwell
+        if dwell < c.min_dwell_s:
+            return out("hold", f"minimum dwell: {current} has run {dwell:.0f} s of {c.min_dwell_s:.0f} s",
+                       best)
+        if state.last_attempt_at is not None and now - state.last_attempt_at < c.cooldown_s:
+            left = c.cooldown_s - (now - state.last_attempt_at)
+            return out("hold", f"cooldown after the last switch attempt: {left:.0f} s left", best)
+        failures = [a for a in state.attempts if not a.ok and a.t > now - c.attempts_window_s
+                    and a.t > state.flap_reset_at]
+        nums["recent_failures"] = len(failures)
+        if len(failures) >= c.max_attempts:
+            until = max(a.t for a in failures) + c.retry_in_s
+            if now < until:
+                return out("hold", f"{len(failures)} failed switches within {c.attempts_window_s:.0f} s: "
+                                   f"retrying in {until - now:.0f} s", best)
+            state.flap_reset_at = until
+        return out("switch", f"{best} predicted {gain:.1%} better than {current}; benefit {benefit:.4g} > "
+                             f"cost {cost:.4g}", best)
+
+    def record_attempt(self, state: PolicyState, from_mode: str | None, to_mode: str, ok: bool,
+                       reason: str = "", downtime_s: float | None = None) -> Attempt:
+        now = self.clock()
+        a = Attempt(t=now, from_mode=from_mode, to_mode=to_mode, ok=ok, reason=reason, downtime_s=downtime_s)
+        state.attempts = [*state.attempts, a][-MAX_ATTEMPTS_KEPT:]
+        state.last_attempt_at = now
+        state.streak_mode, state.streak_count = None, 0
+        if ok:
+            state.mode_since = now
+        return a
+
+
+def advice_from_recommendation(rec: Any) -> Advice:
+    """An :class:`Advice` from a :class:`graphmode.selector.recommend.Recommendation` (or its JSON dict)."""
+    data: dict[str, Any] = rec if isinstance(rec, dict) else rec.model_dump(mode="json")
+    preds = data.get("predictions") or []
+    objective = data.get("objective") or {}
+    metric = objective.get("metric") if isinstance(objective, dict) else None
+    from graphmode.selector.objective import METRICS
+
+    direction: Literal["min", "max"] = METRICS[metric].direction if metric in METRICS else "min"
+    return Advice(
+        best=str(data["mode"]),
+        scores={p["mode"]: p.get("score") for p in preds},
+        direction=direction,
+        ties=tuple(data.get("ties") or ()),
+        noise={p["mode"]: p.get("noise") for p in preds},
+        startup_s={p["mode"]: (p.get("metrics") or {}).get("startup_s") for p in preds},
+    )

@@ -1,0 +1,91 @@
+"""What a measurement or a model belongs to: GPU, driver, CUDA, vLLM, torch and model shape."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from graphmode.profiling.records import Fingerprint
+
+
+def _int(cfg: dict[str, Any], *keys: str) -> int | None:
+    for k in keys:
+        v = cfg.get(k)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+def estimate_params(cfg: dict[str, Any]) -> float | None:
+    """Parameters (billions) of a dense decoder from its config.json shapes; None if shapes are missing."""
+    h = _int(cfg, "hidden_size", "n_embd", "d_model")
+    layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    vocab = _int(cfg, "vocab_size")
+    if not (h and layers and vocab):
+        return None
+    heads = _int(cfg, "num_attention_heads", "n_head") or 1
+    kv_heads = _int(cfg, "num_key_value_heads") or heads
+    head_dim = _int(cfg, "head_dim") or h // heads
+    inter = _int(cfg, "intermediate_size", "n_inner") or 4 * h
+    attn = h * heads * head_dim * 2 + h * kv_heads * head_dim * 2
+    mlp = 3 * h * inter  # gated MLP (Llama, Qwen2, Mistral); close enough for a shape feature elsewhere
+    embed = vocab * h * (1 if cfg.get("tie_word_embeddings") else 2)
+    return round((layers * (attn + mlp + 2 * h) + embed) / 1e9, 4)
+
+
+def model_shape(model: str | None) -> dict[str, Any]:
+    """Shape fields for a local model directory (config.json); empty for anything else."""
+    if not model:
+        return {}
+    path = Path(model) / "config.json"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    if not isinstance(cfg, dict):
+        return {}
+    archs = cfg.get("architectures") or []
+    return {
+        "model_config_hash": hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:12],
+        "model_architecture": archs[0] if archs else None,
+        "model_type": cfg.get("model_type"),
+        "num_layers": _int(cfg, "num_hidden_layers", "n_layer", "num_layers"),
+        "hidden_size": _int(cfg, "hidden_size", "n_embd", "d_model"),
+        "num_params_b": estimate_params(cfg),
+        "vocab_size": _int(cfg, "vocab_size"),
+    }
+
+
+def torch_version_of(command: list[str]) -> str | None:
+    """torch's version in vLLM's own environment, asked of its interpreter; None if that is not possible."""
+    if not command:
+        return None
+    exe = command[0]
+    if "python" not in Path(exe).name:
+        resolved = shutil.which(exe)
+        if not resolved:
+            return None
+        try:
+            first = Path(resolved).read_text(encoding="utf-8", errors="replace").splitlines()[0]
+        except (OSError, IndexError):
+            return None
+        if not first.startswith("#!") or "python" not in first:
+            return None
+        exe = first[2:].strip().split()[0]
+    try:
+        out = subprocess.run([exe, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                             text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def build_fingerprint(gpu: dict[str, Any], shape: dict[str, Any], vllm_args: list[str],
+                      vllm_version: str | None = None, torch_version: str | None = None) -> Fingerprint:
+    fields = {k: v for k, v in shape.items() if k in Fingerprint.model_fields}
+    return Fingerprint(**gpu, **fields, vllm_version=vllm_version, torch_version=torch_version,
+                       vllm_args=list(vllm_args))

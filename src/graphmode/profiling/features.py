@@ -1,0 +1,253 @@
+"""Traffic features from a sequence of ``/metrics`` snapshots: the contract the selector is trained on.
+
+The profiler (offline, one window per measured cell) and the live ``watch`` controller (a sliding
+:class:`FeatureWindow`) both call :func:`compute_features`, so a model sees in production exactly the
+quantities it was trained on. Changing a definition below changes that contract: retrain after.
+
+Window
+    Snapshots are taken in time order (sorted by ``t`` if they are not). If a cumulative counter goes
+    *down* between two consecutive snapshots the server restarted, and the window starts at the first
+    snapshot after the last such reset; everything below, gauge statistics included, uses only that
+    part. ``window_s = t_last - t_first``; ``n_samples`` = snapshots in the window.
+
+Δ quantities (need >= 2 snapshots and ``window_s > 0``; otherwise ``None``)
+    ``Δx = x(last) - x(first)`` of a cumulative counter or histogram, summed over label sets.
+
+    * ``completion_rate = Δrequest_success / window_s`` — requests finished, summed over every
+      ``finished_reason`` label vLLM reports.
+    * ``arrival_rate = (Δrequest_success + Δ(running + waiting)) / window_s`` — conservation: what
+      arrived either finished or is still in the system. Requests that leave without reaching
+      ``request_success`` (rejected, failed, aborted by the client before vLLM records them) are not
+      counted, so this under-counts under heavy aborting; a negative value can only come from such
+      departures and is clamped to 0.
+    * ``prompt_tokens_rate = Δprompt_tokens / window_s``, ``generation_tokens_rate`` likewise.
+    * ``prefill_decode_ratio = Δprompt_tokens / Δgeneration_tokens`` (``None`` when Δgeneration is 0).
+    * ``mean_input_tokens = Δsum / Δcount`` of ``vllm:request_prompt_tokens``;
+      ``mean_output_tokens`` likewise of ``vllm:request_generation_tokens`` (per *finished* request;
+      ``None`` when no request finished in the window).
+    * ``iter_tokens_mean = Δsum / Δcount`` of ``vllm:iteration_tokens_total`` (tokens per engine step).
+    * ``iter_tokens_cv``: from the Δ of that histogram's buckets, each bucket's steps placed at its
+      midpoint ``(lower + le) / 2`` (the first bucket's lower edge is 0; the ``+Inf`` bucket is placed
+      at its lower edge, the largest finite ``le``); ``cv = sqrt(var) / mean`` of that binned
+      distribution, population variance, mean and variance both from the midpoints so the ratio is
+      self-consistent. ``None`` when no step fell in the window or the binned mean is 0.
+    * ``preemptions = Δnum_preemptions``.
+
+Sample statistics (from the gauge samples in the window; work with a single snapshot)
+    Samples are taken at a fixed interval, so plain (not time-weighted) statistics; variances are
+    population variances; a snapshot missing a gauge is skipped for that gauge.
+
+    * ``batch_mean``, ``batch_var``, ``batch_max`` of ``vllm:num_requests_running``;
+      ``batch_cv = sqrt(batch_var) / batch_mean`` (``None`` when the mean is 0).
+    * ``queue_mean``: mean of ``vllm:num_requests_waiting``.
+    * ``concurrency_mean``: mean of ``running + waiting`` over snapshots that have both.
+    * ``kv_usage_mean``, ``kv_usage_max`` of the KV-cache usage fraction (0..1).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Iterator, Sequence
+
+from graphmode.profiling.metrics import Histogram, MetricsSnapshot
+from graphmode.profiling.records import ObservedFeatures
+
+
+def compute_features(snapshots: Sequence[MetricsSnapshot]) -> ObservedFeatures:
+    """The :class:`ObservedFeatures` of ``snapshots`` (see the module docstring for definitions)."""
+    window = since_last_reset(sorted(snapshots, key=lambda s: s.t))
+    if not window:
+        return ObservedFeatures(n_samples=0)
+    first, last = window[0], window[-1]
+    window_s = last.t - first.t
+    has_deltas = len(window) >= 2 and window_s > 0
+
+    running = [s.num_requests_running for s in window if s.num_requests_running is not None]
+    waiting = [s.num_requests_waiting for s in window if s.num_requests_waiting is not None]
+    in_system = [
+        s.num_requests_running + s.num_requests_waiting
+        for s in window
+        if s.num_requests_running is not None and s.num_requests_waiting is not None
+    ]
+    kv = [s.kv_cache_usage for s in window if s.kv_cache_usage is not None]
+    batch_mean, batch_var = _mean(running), _pvar(running)
+
+    d_prompt = _delta(first.prompt_tokens_total, last.prompt_tokens_total)
+    d_gen = _delta(first.generation_tokens_total, last.generation_tokens_total)
+    d_success = _delta(first.request_success_total, last.request_success_total)
+    d_iter = _hist_delta(first.iteration_tokens, last.iteration_tokens)
+
+    return ObservedFeatures(
+        window_s=window_s,
+        n_samples=len(window),
+        arrival_rate=_arrival_rate(first, last, window_s) if has_deltas else None,
+        completion_rate=_rate(d_success, window_s) if has_deltas else None,
+        prompt_tokens_rate=_rate(d_prompt, window_s) if has_deltas else None,
+        generation_tokens_rate=_rate(d_gen, window_s) if has_deltas else None,
+        prefill_decode_ratio=_ratio(d_prompt, d_gen) if has_deltas else None,
+        mean_input_tokens=_hist_mean(_hist_delta(first.request_prompt_tokens, last.request_prompt_tokens))
+        if has_deltas
+        else None,
+        mean_output_tokens=_hist_mean(
+            _hist_delta(first.request_generation_tokens, last.request_generation_tokens)
+        )
+        if has_deltas
+        else None,
+        batch_mean=batch_mean,
+        batch_var=batch_var,
+        batch_cv=_cv(batch_mean, batch_var),
+        batch_max=max(running) if running else None,
+        iter_tokens_mean=_hist_mean(d_iter) if has_deltas else None,
+        iter_tokens_cv=binned_cv(d_iter.buckets) if has_deltas and d_iter is not None else None,
+        queue_mean=_mean(waiting),
+        concurrency_mean=_mean(in_system),
+        kv_usage_mean=_mean(kv),
+        kv_usage_max=max(kv) if kv else None,
+        preemptions=_delta(first.num_preemptions_total, last.num_preemptions_total) if has_deltas else None,
+    )
+
+
+class FeatureWindow:
+    """The snapshots of the last ``window_s`` seconds, for live feature computation.
+
+    A snapshot is kept while ``t >= newest.t - window_s``, so at a fixed scrape interval the window
+    spans ``window_s`` once full. A counter reset (server restart) empties the window: pre-restart
+    counters cannot be differenced against post-restart ones.
+    """
+
+    def __init__(self, window_s: float) -> None:
+        if not window_s > 0:
+            raise ValueError(f"window_s must be > 0, got {window_s}")
+        self.window_s = window_s
+        self._snapshots: deque[MetricsSnapshot] = deque()
+
+    def add(self, snapshot: MetricsSnapshot) -> None:
+        """Append ``snapshot`` (``t`` must not go backwards) and drop what fell out of the window."""
+        if self._snapshots:
+            newest = self._snapshots[-1]
+            if snapshot.t < newest.t:
+                raise ValueError(f"snapshot at t={snapshot.t} is older than the newest one (t={newest.t})")
+            if counters_reset(newest, snapshot):
+                self._snapshots.clear()
+        self._snapshots.append(snapshot)
+        horizon = snapshot.t - self.window_s
+        while self._snapshots[0].t < horizon:
+            self._snapshots.popleft()
+
+    def features(self) -> ObservedFeatures:
+        return compute_features(list(self._snapshots))
+
+    @property
+    def span_s(self) -> float:
+        """Seconds between the oldest and newest snapshot held (0 with fewer than two)."""
+        return self._snapshots[-1].t - self._snapshots[0].t if len(self._snapshots) >= 2 else 0.0
+
+    @property
+    def snapshots(self) -> tuple[MetricsSnapshot, ...]:
+        return tuple(self._snapshots)
+
+    def __len__(self) -> int:
+        return len(self._snapshots)
+
+    def __iter__(self) -> Iterator[MetricsSnapshot]:
+        return iter(tuple(self._snapshots))
+
+
+def counters_reset(prev: MetricsSnapshot, cur: MetricsSnapshot) -> bool:
+    """Whether any cumulative value went down from ``prev`` to ``cur``, i.e. the server restarted."""
+    return any(p is not None and c is not None and c < p for p, c in _cumulative_pairs(prev, cur))
+
+
+def since_last_reset(snapshots: Sequence[MetricsSnapshot]) -> list[MetricsSnapshot]:
+    """The tail of time-ordered ``snapshots`` that starts after the last counter reset."""
+    start = 0
+    for i in range(1, len(snapshots)):
+        if counters_reset(snapshots[i - 1], snapshots[i]):
+            start = i
+    return list(snapshots[start:])
+
+
+def binned_cv(cumulative: Sequence[tuple[float, float]]) -> float | None:
+    """Coefficient of variation of a distribution given as cumulative ``(le, count)`` buckets.
+
+    Each bucket's mass sits at its midpoint; the first bucket starts at 0 and the ``+Inf`` bucket
+    sits at its lower edge (nothing better is known about it).
+    """
+    points: list[tuple[float, float]] = []  # (position, mass)
+    lower, below = 0.0, 0.0
+    for le, cum in sorted(cumulative):
+        mass = max(cum - below, 0.0)  # scrape races can make cumulative counts dip by a hair
+        points.append((lower if math.isinf(le) else (lower + le) / 2, mass))
+        lower, below = (lower if math.isinf(le) else le), max(cum, below)
+    total = math.fsum(m for _, m in points)
+    if total <= 0:
+        return None
+    mean = math.fsum(x * m for x, m in points) / total
+    if mean <= 0:
+        return None
+    var = math.fsum(m * (x - mean) ** 2 for x, m in points) / total
+    return math.sqrt(var) / mean
+
+
+def _cumulative_pairs(
+    prev: MetricsSnapshot, cur: MetricsSnapshot
+) -> Iterator[tuple[float | None, float | None]]:
+    yield prev.prompt_tokens_total, cur.prompt_tokens_total
+    yield prev.generation_tokens_total, cur.generation_tokens_total
+    yield prev.request_success_total, cur.request_success_total
+    yield prev.num_preemptions_total, cur.num_preemptions_total
+    for p, c in (
+        (prev.iteration_tokens, cur.iteration_tokens),
+        (prev.request_prompt_tokens, cur.request_prompt_tokens),
+        (prev.request_generation_tokens, cur.request_generation_tokens),
+    ):
+        yield (p.count if p else None), (c.count if c else None)
+
+
+def _delta(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else b - a
+
+
+def _rate(delta: float | None, dt: float) -> float | None:
+    return None if delta is None else delta / dt
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return None if num is None or den is None or den == 0 else num / den
+
+
+def _arrival_rate(first: MetricsSnapshot, last: MetricsSnapshot, dt: float) -> float | None:
+    d_success = _delta(first.request_success_total, last.request_success_total)
+    d_running = _delta(first.num_requests_running, last.num_requests_running)
+    d_waiting = _delta(first.num_requests_waiting, last.num_requests_waiting)
+    if d_success is None or d_running is None or d_waiting is None:
+        return None
+    return max(d_success + d_running + d_waiting, 0.0) / dt
+
+
+def _hist_delta(first: Histogram | None, last: Histogram | None) -> Histogram | None:
+    if first is None or last is None:
+        return None
+    # Buckets are fixed at server start, so both snapshots share the same `le`s; keep only common ones
+    # in case a scrape caught something odd.
+    before = dict(first.buckets)
+    buckets = [(le, c - before[le]) for le, c in last.buckets if le in before]
+    return Histogram(sum=last.sum - first.sum, count=last.count - first.count, buckets=buckets)
+
+
+def _hist_mean(h: Histogram | None) -> float | None:
+    return None if h is None else h.mean
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return statistics.fmean(xs) if xs else None
+
+
+def _pvar(xs: Sequence[float]) -> float | None:
+    return statistics.pvariance(xs) if xs else None
+
+
+def _cv(mean: float | None, var: float | None) -> float | None:
+    return None if mean is None or var is None or mean == 0 else math.sqrt(var) / mean

@@ -1,0 +1,98 @@
+"""GPU facts and memory sampling through NVML (nvidia-ml-py). Without a GPU every value is None."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+try:
+    import pynvml
+except ImportError:  # pragma: no cover - nvidia-ml-py is a dependency; be graceful if it is gone
+    pynvml = None
+
+_GIB = 1024**3
+
+
+def _init() -> bool:
+    if pynvml is None:
+        return False
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...: no GPU here
+        return False
+    return True
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def gpu_facts() -> dict[str, Any]:
+    """GPU name, count, memory, driver and CUDA driver version; all None without NVML."""
+    facts: dict[str, Any] = {"gpu_name": None, "gpu_count": None, "gpu_memory_gib": None,
+                             "driver_version": None, "cuda_version": None}
+    if not _init():
+        return facts
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        facts["gpu_count"] = count
+        facts["driver_version"] = _str(pynvml.nvmlSystemGetDriverVersion())
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion()
+        facts["cuda_version"] = f"{cuda // 1000}.{(cuda % 1000) // 10}"
+        if count:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            facts["gpu_name"] = _str(pynvml.nvmlDeviceGetName(handle))
+            facts["gpu_memory_gib"] = round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / _GIB, 2)
+    except Exception:
+        pass
+    finally:
+        pynvml.nvmlShutdown()
+    return facts
+
+
+class MemorySampler:
+    """Samples used GPU memory (all devices summed) on a thread between ``start()`` and ``stop()``."""
+
+    def __init__(self, interval_s: float = 0.5) -> None:
+        self.interval_s = interval_s
+        self.samples_gib: list[float] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ok = False
+
+    def _read(self) -> float | None:
+        try:
+            total = 0
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                total += pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used
+            return total / _GIB
+        except Exception:
+            return None
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            v = self._read()
+            if v is not None:
+                self.samples_gib.append(v)
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> MemorySampler:
+        self._ok = _init()
+        if self._ok:
+            self._thread = threading.Thread(target=self._loop, name="gpu-mem", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> tuple[float | None, float | None]:
+        """(max, mean) GiB used while sampling, or (None, None) without a GPU."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self._ok and pynvml is not None:
+            try:
+                pynvml.nvmlShutdown()
+            except Exception:
+                pass
+        if not self.samples_gib:
+            return None, None
+        return round(max(self.samples_gib), 3), round(sum(self.samples_gib) / len(self.samples_gib), 3)

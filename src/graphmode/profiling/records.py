@@ -1,0 +1,147 @@
+"""The typed pieces a profile row is made of. Every field a measurement could not produce is ``None``."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Flat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ObservedFeatures(_Flat):
+    """What a server's /metrics says about the traffic over a window.
+
+    The profiler and the live selector compute these with the same code
+    (:mod:`graphmode.profiling.features`), so the selector sees in production exactly what it was trained on.
+    """
+
+    window_s: float | None = None
+    n_samples: int | None = None
+    arrival_rate: float | None = Field(None, description="req/s arriving (completions + growth in system)")
+    completion_rate: float | None = Field(None, description="req/s finished successfully")
+    prompt_tokens_rate: float | None = None
+    generation_tokens_rate: float | None = None
+    prefill_decode_ratio: float | None = Field(None, description="Δprompt_tokens / Δgeneration_tokens")
+    mean_input_tokens: float | None = None
+    mean_output_tokens: float | None = None
+    batch_mean: float | None = Field(None, description="mean of vllm:num_requests_running samples")
+    batch_var: float | None = None
+    batch_cv: float | None = None
+    batch_max: float | None = None
+    iter_tokens_mean: float | None = Field(None, description="tokens per engine step, vllm:iteration_tokens_total")
+    iter_tokens_cv: float | None = None
+    queue_mean: float | None = Field(None, description="mean of vllm:num_requests_waiting samples")
+    concurrency_mean: float | None = Field(None, description="running + waiting")
+    kv_usage_mean: float | None = None
+    kv_usage_max: float | None = None
+    preemptions: float | None = None
+
+
+class LatencyStats(_Flat):
+    """Client-side view of one workload run, in seconds and tokens."""
+
+    n_sent: int = 0
+    n_ok: int = 0
+    n_err: int = 0
+    duration_s: float | None = None
+    ttft_p50: float | None = None
+    ttft_p90: float | None = None
+    ttft_p99: float | None = None
+    ttft_mean: float | None = None
+    itl_p50: float | None = None
+    itl_p90: float | None = None
+    itl_p99: float | None = None
+    itl_mean: float | None = None
+    tpot_p50: float | None = None
+    chunk_tokens_mean: float | None = Field(
+        None, description="tokens per streamed chunk; > 1 means coalesced chunks and pooled ITL is unreliable"
+    )
+    e2e_p50: float | None = None
+    e2e_p90: float | None = None
+    e2e_p99: float | None = None
+    output_tok_s: float | None = None
+    request_throughput: float | None = None
+    goodput: float | None = Field(None, description="req/s meeting every SLO given (None without SLOs)")
+    sent_rate: float | None = Field(None, description="req/s the client actually sent")
+    sent_input_tokens_mean: float | None = None
+    sent_output_tokens_mean: float | None = None
+    first_error: str | None = None
+
+
+class StartupInfo(_Flat):
+    """What vLLM says about its own start-up in its log, plus wall-clock time measured by the launcher."""
+
+    startup_s: float | None = Field(None, description="wall clock from spawn to /health OK")
+    vllm_version: str | None = None
+    architecture: str | None = None
+    model_runner: str | None = Field(None, description="source file that logged model loading/capture")
+    attention_backend: str | None = None
+    dynamo_s: float | None = None
+    compile_s: float | None = Field(None, description="'torch.compile took N s in total'")
+    model_load_gib: float | None = None
+    model_load_s: float | None = None
+    capture_s: float | None = None
+    graph_gib: float | None = Field(None, description="'Graph capturing finished in N secs, took X GiB'")
+    estimated_graph_gib: float | None = None
+    kv_cache_gib: float | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    init_engine_s: float | None = None
+    max_num_batched_tokens: int | None = None
+    requested_mode: str | None = None
+    effective_mode: str | None = Field(None, description="mode vLLM ended up with, if it said so")
+    capture_labels: list[str] = Field(default_factory=list, description="'Capturing CUDA graphs (X)' labels seen")
+    non_default_args: dict[str, Any] | None = None
+
+
+class Fingerprint(_Flat):
+    """Hardware and software a measurement belongs to. Unknown stays ``None``; nothing is guessed."""
+
+    gpu_name: str | None = None
+    gpu_count: int | None = None
+    gpu_memory_gib: float | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    vllm_version: str | None = None
+    torch_version: str | None = None
+    model_config_hash: str | None = None
+    model_architecture: str | None = None
+    model_type: str | None = None
+    num_layers: int | None = None
+    hidden_size: int | None = None
+    num_params_b: float | None = Field(None, description="parameters in billions, from config.json shapes")
+    vllm_args: list[str] = Field(default_factory=list)
+
+    def key(self) -> str:
+        """Stable id of the (GPU, vLLM, model shape) a model is valid for."""
+        import hashlib
+
+        parts = [self.gpu_name or "nogpu", self.vllm_version or "?", self.model_config_hash or "?"]
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
+
+
+CellStatus = Literal["ok", "failed"]
+
+
+class CellRecord(_Flat):
+    """One (mode, workload, repeat) measurement: the unit the dataset stores and the selector learns from."""
+
+    run_id: str
+    profile_key: str = Field(description="what must match for --resume to count a cell done")
+    mode: str
+    workload: str
+    workload_spec: dict[str, Any]
+    repeat: int
+    status: CellStatus
+    reason: str | None = None
+    started_at: float
+    finished_at: float
+    features: ObservedFeatures = Field(default_factory=ObservedFeatures)
+    latency: LatencyStats = Field(default_factory=LatencyStats)
+    startup: StartupInfo = Field(default_factory=StartupInfo)
+    fingerprint: Fingerprint = Field(default_factory=Fingerprint)
+    gpu_mem_used_gib_max: float | None = None
+    gpu_mem_used_gib_mean: float | None = None

@@ -1,0 +1,283 @@
+"""A profile run: one vLLM start per mode, every pending (workload, repeat) cell of that mode against it.
+
+Each finished cell is appended to the dataset at once. A server that fails to start or dies mid-cell
+turns that mode's remaining cells into ``failed`` rows (with the reason and the log tail) and the run
+moves on to the next mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import httpx
+
+from graphmode.errors import EngineDiedError, EngineError, EngineStartError, ScrapeError
+from graphmode.fingerprint import build_fingerprint, model_shape, torch_version_of
+from graphmode.modes import CudaGraphMode
+from graphmode.profiling.arrivals import plan_requests
+from graphmode.profiling.dataset import ProfileStore
+from graphmode.profiling.engine import VllmServer
+from graphmode.profiling.features import compute_features
+from graphmode.profiling.gpu import MemorySampler, gpu_facts
+from graphmode.profiling.grid import Workload
+from graphmode.profiling.loadgen import run_load
+from graphmode.profiling.metrics import MetricsSnapshot, parse_metrics
+from graphmode.profiling.records import CellRecord, Fingerprint, StartupInfo
+from graphmode.profiling.stats import aggregate
+from graphmode.vllm_args import compilation_config_of, without_flags
+
+DEFAULT_VOCAB = 1000  # safe for any real tokenizer when config.json is not readable
+
+
+class Reporter(Protocol):
+    def mode_starting(self, mode: CudaGraphMode, pending: int) -> None: ...
+    def mode_started(self, mode: CudaGraphMode, startup: StartupInfo) -> None: ...
+    def cell_starting(self, mode: CudaGraphMode, workload: Workload, repeat: int) -> None: ...
+    def cell_finished(self, record: CellRecord) -> None: ...
+
+
+class NullReporter:
+    def mode_starting(self, mode: CudaGraphMode, pending: int) -> None: ...
+    def mode_started(self, mode: CudaGraphMode, startup: StartupInfo) -> None: ...
+    def cell_starting(self, mode: CudaGraphMode, workload: Workload, repeat: int) -> None: ...
+    def cell_finished(self, record: CellRecord) -> None: ...
+
+
+@dataclass
+class ProfileConfig:
+    command: list[str]
+    vllm_args: list[str]
+    modes: Sequence[CudaGraphMode]
+    workloads: Sequence[Workload]
+    dataset: Path
+    log_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 8000
+    resume: bool = False
+    repeats: int | None = None  # overrides every workload's own
+    scrape_interval_s: float = 0.5
+    startup_timeout_s: float = 900.0
+    stop_timeout_s: float = 30.0
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 300.0
+    drain_grace_s: float = 30.0
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ProfileSummary:
+    run_id: str
+    profile_key: str
+    ok: int = 0
+    failed: int = 0
+    skipped: int = 0
+    engine_starts: int = 0
+    wall_s: float = 0.0
+    startup_s: dict[str, float | None] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+
+def profile_key(gpu_name: str | None, shape: dict[str, object], command: list[str], args: list[str]) -> str:
+    """What must stay the same for an earlier row to count as done: GPU, model and vLLM args (less mode)."""
+    cc = compilation_config_of(args)
+    cc.pop("cudagraph_mode", None)
+    rest = without_flags(args, "--host", "--port", "--compilation-config", "-cc", "--compilation_config")
+    model = shape.get("model_config_hash") or ""
+    payload = json.dumps([gpu_name, model, rest, cc], sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _repeats(w: Workload, override: int | None) -> int:
+    return override if override is not None else w.repeats
+
+
+class Profiler:
+    def __init__(self, config: ProfileConfig, store: ProfileStore, reporter: Reporter | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.reporter: Reporter = reporter or NullReporter()
+        self.run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        self.gpu = gpu_facts()
+        self.shape = model_shape(_model_of(config))
+        self.key = profile_key(self.gpu.get("gpu_name"), self.shape, config.command, config.vllm_args)
+
+    def pending(self) -> dict[CudaGraphMode, list[tuple[Workload, int]]]:
+        done = self.store.done_cells(self.key) if self.config.resume else set()
+        plan: dict[CudaGraphMode, list[tuple[Workload, int]]] = {}
+        for mode in self.config.modes:
+            plan[mode] = [
+                (w, r)
+                for w in self.config.workloads
+                for r in range(_repeats(w, self.config.repeats))
+                if (mode.value, w.name, w.spec_hash(), r) not in done
+            ]
+        return plan
+
+    def run(self) -> ProfileSummary:
+        t0 = time.monotonic()
+        summary = ProfileSummary(run_id=self.run_id, profile_key=self.key)
+        plan = self.pending()
+        total = sum(_repeats(w, self.config.repeats) for w in self.config.workloads) * len(self.config.modes)
+        summary.skipped = total - sum(len(v) for v in plan.values())
+        torch_version = torch_version_of(self.config.command) if any(plan.values()) else None
+        for mode, cells in plan.items():
+            if cells:
+                self._run_mode(mode, cells, torch_version, summary)
+        summary.wall_s = round(time.monotonic() - t0, 1)
+        return summary
+
+    def _server(self, mode: CudaGraphMode) -> VllmServer:
+        c = self.config
+        log = c.log_dir / f"{self.run_id}-{mode.value}.log"
+        return VllmServer(c.command, c.vllm_args, mode=mode, host=c.host, port=c.port, log_path=log,
+                          startup_timeout_s=c.startup_timeout_s, stop_timeout_s=c.stop_timeout_s,
+                          env=c.env or None)
+
+    def _run_mode(self, mode: CudaGraphMode, cells: list[tuple[Workload, int]], torch_version: str | None,
+                  summary: ProfileSummary) -> None:
+        self.reporter.mode_starting(mode, len(cells))
+        server = self._server(mode)
+        fingerprint = build_fingerprint(self.gpu, self.shape, self.config.vllm_args, None, torch_version)
+        summary.engine_starts += 1
+        try:
+            startup = server.start()
+        except EngineStartError as exc:
+            summary.startup_s[mode.value] = None
+            self._fail_rest(mode, cells, StartupInfo(), fingerprint, exc, summary)
+            return
+        try:
+            summary.startup_s[mode.value] = startup.startup_s
+            self.reporter.mode_started(mode, startup)
+            fingerprint.vllm_version = startup.vllm_version
+            served = _served_model(server) or server.served_model_name() or ""
+            vocab = int(self.shape.get("vocab_size") or DEFAULT_VOCAB)  # type: ignore[call-overload]
+            for i, (workload, repeat) in enumerate(cells):
+                self.reporter.cell_starting(mode, workload, repeat)
+                try:
+                    record = self._run_cell(server, served, vocab, mode, workload, repeat, startup, fingerprint)
+                except EngineDiedError as exc:
+                    self._fail_rest(mode, cells[i:], startup, fingerprint, exc, summary)
+                    return
+                self.store.append(record, workload.spec_hash())
+                summary.ok += record.status == "ok"
+                summary.failed += record.status == "failed"
+                if record.status == "failed":
+                    summary.failures.append(f"{mode.value}/{workload.name}#{repeat}: {record.reason}")
+                self.reporter.cell_finished(record)
+        finally:
+            server.stop()
+
+    def _fail_rest(self, mode: CudaGraphMode, cells: list[tuple[Workload, int]], startup: StartupInfo,
+                   fingerprint: Fingerprint, exc: EngineError, summary: ProfileSummary) -> None:
+        now = time.time()
+        reason = exc.reason()
+        summary.failures.append(f"{mode.value}: {exc}")
+        for workload, repeat in cells:
+            record = CellRecord(
+                run_id=self.run_id, profile_key=self.key, mode=mode.value, workload=workload.name,
+                workload_spec=workload.spec(), repeat=repeat, status="failed", reason=reason,
+                started_at=now, finished_at=now, startup=startup, fingerprint=fingerprint,
+            )
+            self.store.append(record, workload.spec_hash())
+            summary.failed += 1
+            self.reporter.cell_finished(record)
+
+    def _run_cell(self, server: VllmServer, served: str, vocab: int, mode: CudaGraphMode, workload: Workload,
+                  repeat: int, startup: StartupInfo, fingerprint: Fingerprint) -> CellRecord:
+        started = time.time()
+        sampler = MemorySampler().start()
+        try:
+            outcome = asyncio.run(self._drive(server, served, vocab, workload, repeat))
+        finally:
+            mem_max, mem_mean = sampler.stop()
+        results, snapshots, t_measure, t_end = outcome
+        measured = [r for r in results if r.sent_at >= workload.warmup_s]
+        ends = [r.sent_at + r.e2e for r in measured if r.ok and r.e2e is not None]
+        span = (max(ends) - workload.warmup_s) if ends else workload.duration_s
+        latency = aggregate(measured, span, slo_ttft_s=workload.slo_ttft_s, slo_itl_s=workload.slo_itl_s)
+        latency.sent_rate = len(measured) / workload.duration_s
+        window = [s for s in snapshots if t_measure <= s.t <= t_end]
+        features = compute_features(window)
+        status: str = "ok"
+        reason = None
+        if latency.n_ok == 0:
+            status, reason = "failed", f"no request succeeded: {latency.first_error}"
+        return CellRecord(
+            run_id=self.run_id, profile_key=self.key, mode=mode.value, workload=workload.name,
+            workload_spec=workload.spec(), repeat=repeat, status=status,  # type: ignore[arg-type]
+            reason=reason, started_at=started, finished_at=time.time(), features=features,
+            latency=latency, startup=startup, fingerprint=fingerprint,
+            gpu_mem_used_gib_max=mem_max, gpu_mem_used_gib_mean=mem_mean,
+        )
+
+    async def _drive(self, server: VllmServer, served: str, vocab: int, workload: Workload,
+                     repeat: int) -> tuple[list, list[MetricsSnapshot], float, float]:  # type: ignore[type-arg]
+        c = self.config
+        total_s = workload.warmup_s + workload.duration_s
+        plans = plan_requests(workload.model_copy(update={"duration_s": total_s}), vocab, repeat)
+        snapshots: list[MetricsSnapshot] = []
+        t0 = time.perf_counter()
+        t_measure, t_end = t0 + workload.warmup_s, t0 + total_s
+        stop = asyncio.Event()
+
+        async def scrape_loop() -> None:
+            async with httpx.AsyncClient(timeout=httpx.Timeout(c.connect_timeout_s, read=10.0)) as client:
+                # One sample before the window and one after, so both ends of the window have data.
+                while not stop.is_set():
+                    with contextlib.suppress(httpx.HTTPError, ScrapeError):
+                        resp = await client.get(server.base_url + "/metrics")
+                        snapshots.append(parse_metrics(resp.text, time.perf_counter()))
+                    if time.perf_counter() > t_end + c.scrape_interval_s:
+                        return
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), c.scrape_interval_s)
+
+        async def watchdog() -> None:
+            while not stop.is_set():
+                server.check_alive()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+
+        scraper = asyncio.create_task(scrape_loop())
+        guard = asyncio.create_task(watchdog())
+        load = asyncio.create_task(run_load(
+            server.base_url, served, plans, max_concurrency=workload.max_concurrency,
+            deadline_s=total_s + max(c.drain_grace_s, workload.duration_s), t0=t0,
+            connect_timeout_s=c.connect_timeout_s, read_timeout_s=c.read_timeout_s,
+        ))
+        try:
+            done, _ = await asyncio.wait({load, guard}, return_when=asyncio.FIRST_COMPLETED)
+            if guard in done:
+                load.cancel()
+                await asyncio.gather(load, return_exceptions=True)
+                guard.result()  # raises EngineDiedError
+            results = load.result()
+            server.check_alive()
+        finally:
+            stop.set()
+            await asyncio.gather(scraper, guard, return_exceptions=True)
+        return results, snapshots, t_measure, t_end
+
+
+def _model_of(config: ProfileConfig) -> str | None:
+    from graphmode.vllm_args import model_arg
+
+    return model_arg(config.command, config.vllm_args)
+
+
+def _served_model(server: VllmServer) -> str | None:
+    try:
+        r = httpx.get(server.base_url + "/v1/models", timeout=10.0)
+        data = r.json().get("data") or []
+        return str(data[0]["id"]) if data else None
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None

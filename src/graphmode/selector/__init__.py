@@ -1,0 +1,100 @@
+"""The mode selector: train per-mode models on a profile, recommend a CUDA Graph mode for observed traffic.
+
+Public API (the service and the CLI use nothing else)::
+
+    from graphmode.selector import Recommender, WorkloadDescription, make_objective
+
+    rec = Recommender.load(models_dir, model_id=None, target=fingerprint)   # once, at start-up
+    answer = rec.recommend(ObservedFeatures(...) or WorkloadDescription(...), make_objective("ttft_p99"))
+    answer.mode, answer.compilation_config, answer.predictions, answer.confidence
+
+    list_models(models_dir); model_card(model_id, models_dir)
+    train(dataset, out_dir=None, models_dir=...)            # graphmode train
+    retrain(profile_config, models_dir=...)                 # graphmode retrain: profile (resume) + train
+
+Modules: :mod:`.objective` (metrics, objectives, ranking), :mod:`.featurize` (inputs), :mod:`.aggregate`
+(rows → training set), :mod:`.estimators`, :mod:`.model`, :mod:`.evaluate` (leave-one-workload-out CV),
+:mod:`.train`, :mod:`.retrain`, :mod:`.card`, :mod:`.artifacts` (skops I/O), :mod:`.registry`,
+:mod:`.describe` (description → features), :mod:`.live` (scrape a server), :mod:`.recommend`,
+:mod:`.synthetic` (development data, never measurements).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from graphmode.selector.card import ModelCard
+    from graphmode.selector.describe import WorkloadDescription, describe_features
+    from graphmode.selector.live import observe_server
+    from graphmode.selector.objective import Constraint, Objective, make_objective, resolve_metric
+    from graphmode.selector.recommend import Confidence, ModePrediction, Recommendation, Recommender
+    from graphmode.selector.registry import (
+        FingerprintMatch,
+        ModelEntry,
+        list_models,
+        model_card,
+        select_model,
+        target_fingerprint,
+    )
+    from graphmode.selector.retrain import RetrainResult, retrain
+    from graphmode.selector.train import TrainResult, train
+
+# Imported on first use: scikit-learn takes a second to import and `graphmode --help` needs none of it.
+_LAZY = {
+    "ModelCard": "card",
+    "WorkloadDescription": "describe",
+    "describe_features": "describe",
+    "observe_server": "live",
+    "Constraint": "objective",
+    "Objective": "objective",
+    "make_objective": "objective",
+    "resolve_metric": "objective",
+    "Confidence": "recommend",
+    "ModePrediction": "recommend",
+    "Recommendation": "recommend",
+    "Recommender": "recommend",
+    "FingerprintMatch": "registry",
+    "ModelEntry": "registry",
+    "model_card": "registry",
+    "list_models": "registry",
+    "select_model": "registry",
+    "target_fingerprint": "registry",
+    "RetrainResult": "retrain",
+    "retrain": "retrain",
+    "TrainResult": "train",
+    "train": "train",
+}
+__all__ = [
+    "Confidence",
+    "Constraint",
+    "FingerprintMatch",
+    "ModePrediction",
+    "ModelCard",
+    "ModelEntry",
+    "Objective",
+    "Recommendation",
+    "Recommender",
+    "RetrainResult",
+    "TrainResult",
+    "WorkloadDescription",
+    "describe_features",
+    "list_models",
+    "make_objective",
+    "model_card",
+    "observe_server",
+    "resolve_metric",
+    "retrain",
+    "select_model",
+    "target_fingerprint",
+    "train",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'graphmode.selector' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"graphmode.selector.{module}"), name)

@@ -1,0 +1,369 @@
+"""Profile rows → a training set: one unit per (workload, model shape), repeats aggregated with their spread.
+
+* A **unit** is one workload under one model shape. Its input is the mean of every observed feature over
+  all of its ok rows, every mode and repeat: the selector must score every mode from one feature
+  vector, and a live server only shows the features under the mode it runs, so the training input is
+  the workload's signature rather than any one mode's view of it.
+* A **cell** is (unit, mode). Each metric over its repeats gives ``mean``, ``std`` (``NaN`` with one
+  repeat) and ``n``.
+* **Per-mode constants** (start-up, capture, graph memory, KV cache) are properties of an engine start,
+  copied onto every row the start served; they are aggregated over distinct starts, keyed by
+  ``(run_id, mode)``, per model shape. ``NONE`` captures no graphs, so its missing capture time and
+  graph memory are 0, not unknown.
+* **Noise** per metric is the median coefficient of variation over cells with two or more repeats; with
+  no repeats anywhere it is an assumed :data:`DEFAULT_NOISE_CV` and the card says so.
+
+Every null is tolerated: a metric null everywhere is simply absent, a mode with no rows is absent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from graphmode.errors import DatasetError
+from graphmode.modes import ALL_MODES, CudaGraphMode, parse_mode
+from graphmode.profiling.records import Fingerprint, ObservedFeatures
+from graphmode.selector.featurize import shape_key, shape_of_row
+from graphmode.selector.objective import CONSTANT_METRICS, WORKLOAD_METRICS
+
+DEFAULT_NOISE_CV = 0.03
+SHRINK_K = 2.0  # prior weight (in repeats) of the pooled noise when shrinking one cell's spread
+OBS_NAMES: tuple[str, ...] = tuple(ObservedFeatures.model_fields)
+FloatArray = NDArray[np.float64]
+
+
+@dataclass
+class Unit:
+    key: str
+    workload: str
+    workload_hash: str
+    group: str
+    shape: dict[str, Any]
+    shape_key: str
+    features: dict[str, float | None]
+    spec: dict[str, Any]
+    n_rows: int
+
+
+@dataclass
+class TrainingSet:
+    units: list[Unit]
+    modes: list[str]
+    metrics: list[str]
+    mean: FloatArray  # (units, modes, metrics)
+    std: FloatArray
+    count: NDArray[np.int64]
+    shapes: dict[str, dict[str, Any]]  # shape key -> shape fields
+    constants: list[str]
+    const_mean: FloatArray  # (shapes, modes, constants), shapes in `shape_keys` order
+    const_std: FloatArray
+    const_count: NDArray[np.int64]
+    shape_keys: list[str]
+    noise_cv: dict[str, float]
+    noise_source: dict[str, str]
+    fingerprints: list[Fingerprint]
+    data_sha256: str
+    n_rows: int
+    n_rows_total: int
+    synthetic: bool
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def groups(self) -> list[str]:
+        return sorted({u.group for u in self.units})
+
+    def subset(self, keep: Sequence[int]) -> TrainingSet:
+        """The same set restricted to the units at ``keep`` (constants and noise kept as they are)."""
+        idx = np.asarray(keep, dtype=np.int64)
+        return TrainingSet(
+            units=[self.units[i] for i in idx],
+            modes=self.modes,
+            metrics=self.metrics,
+            mean=self.mean[idx],
+            std=self.std[idx],
+            count=self.count[idx],
+            shapes=self.shapes,
+            constants=self.constants,
+            const_mean=self.const_mean,
+            const_std=self.const_std,
+            const_count=self.const_count,
+            shape_keys=self.shape_keys,
+            noise_cv=self.noise_cv,
+            noise_source=self.noise_source,
+            fingerprints=self.fingerprints,
+            data_sha256=self.data_sha256,
+            n_rows=self.n_rows,
+            n_rows_total=self.n_rows_total,
+            synthetic=self.synthetic,
+            notes=self.notes,
+        )
+
+    def cell_sigma(self, metric: str) -> FloatArray:
+        """Standard error of each cell's mean of ``metric``: its spread shrunk towards the pooled noise."""
+        j = self.metrics.index(metric)
+        mean, std, n = self.mean[:, :, j], self.std[:, :, j], self.count[:, :, j].astype(np.float64)
+        pooled = self.noise_cv.get(metric, DEFAULT_NOISE_CV) * np.abs(mean)
+        own = np.where(np.isfinite(std), std, 0.0) ** 2 * np.maximum(n - 1, 0)
+        var = (own + SHRINK_K * pooled**2) / (np.maximum(n - 1, 0) + SHRINK_K)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.asarray(np.sqrt(var) / np.sqrt(np.maximum(n, 1)), dtype=np.float64)
+
+    def table(self, u: int) -> dict[str, dict[str, float | None]]:
+        """Measured means of unit ``u``: mode -> metric -> value, constants of its shape included."""
+        s = self.shape_keys.index(self.units[u].shape_key)
+        out: dict[str, dict[str, float | None]] = {}
+        for i, mode in enumerate(self.modes):
+            if self.count[u, i].max(initial=0) == 0:
+                continue
+            row: dict[str, float | None] = {m: _f(self.mean[u, i, j]) for j, m in enumerate(self.metrics)}
+            row.update({c: _f(self.const_mean[s, i, k]) for k, c in enumerate(self.constants)})
+            out[mode] = row
+        return out
+
+
+def _f(v: float) -> float | None:
+    return float(v) if math.isfinite(v) else None
+
+
+def _num(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+# Below this ratio of ITL p50 to TPOT p50 the client read coalesced chunks (the API server or client fell
+# behind), so the pooled per-token gaps say nothing about the engine: see NOTES.md, "ITL under overload".
+ITL_COALESCED_RATIO = 0.5
+
+
+def metric_value(row: Mapping[str, Any], metric: str) -> float | None:
+    """A row's measured *metric*, or None where the measurement is known to be unreliable."""
+    value = _num(row.get(metric))
+    if value is not None and metric.startswith("itl_"):
+        itl50, tpot50 = _num(row.get("itl_p50")), _num(row.get("tpot_p50"))
+        if itl50 is not None and tpot50 and itl50 < ITL_COALESCED_RATIO * tpot50:
+            return None
+    return value
+
+
+def rows_sha256(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Content hash of the rows a model was trained on (independent of SQLite's file layout)."""
+    h = hashlib.sha256()
+    for row in sorted(rows, key=lambda r: (r.get("id") or 0, str(r.get("run_id")))):
+        h.update(json.dumps(row, sort_keys=True, default=str).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def fingerprint_of_row(row: Mapping[str, Any]) -> Fingerprint:
+    fields: dict[str, Any] = {}
+    for name in Fingerprint.model_fields:
+        v = row.get("fp_" + name)
+        if name == "vllm_args":
+            try:
+                v = json.loads(v) if isinstance(v, str) else (v or [])
+            except json.JSONDecodeError:
+                v = []
+        fields[name] = v
+    return Fingerprint.model_validate(fields)
+
+
+def build_training_set(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    fingerprint_key: str | None = None,
+    profile_key: str | None = None,
+    n_rows_total: int | None = None,
+) -> TrainingSet:
+    """Aggregate ok rows (see the module docstring). Raises :class:`DatasetError` when nothing is usable."""
+    notes: list[str] = []
+    usable: list[Mapping[str, Any]] = []
+    bad_modes: set[str] = set()
+    for r in rows:
+        if r.get("status", "ok") != "ok":
+            continue
+        try:
+            parse_mode(str(r.get("mode")))
+        except ValueError:
+            bad_modes.add(str(r.get("mode")))
+            continue
+        if profile_key and r.get("profile_key") != profile_key:
+            continue
+        if fingerprint_key and fingerprint_of_row(r).key() != fingerprint_key:
+            continue
+        usable.append(r)
+    if bad_modes:
+        notes.append(f"rows with unknown modes skipped: {', '.join(sorted(bad_modes))}")
+    if not usable:
+        raise DatasetError(
+            "no usable ok rows"
+            + (" for the fingerprint/profile key given" if fingerprint_key or profile_key else "")
+        )
+    hosts = {(r.get("fp_gpu_name"), r.get("fp_vllm_version")) for r in usable}
+    if len(hosts) > 1:
+        keys = sorted(
+            {
+                fingerprint_of_row(r).key() + f" ({r.get('fp_gpu_name')}, vLLM {r.get('fp_vllm_version')})"
+                for r in usable
+            }
+        )
+        raise DatasetError(
+            "the rows come from several GPUs or vLLM versions; a model covers one. Pick one "
+            "fingerprint key: " + "; ".join(keys)
+        )
+
+    unit_rows: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    unit_meta: dict[str, tuple[str, str, dict[str, Any], str, dict[str, Any]]] = {}
+    for r in usable:
+        shape = shape_of_row(r)
+        skey = shape_key(shape)
+        wname, whash = str(r.get("workload")), str(r.get("workload_hash") or "")
+        key = f"{wname}@{whash}#{skey}"
+        unit_rows[key].append(r)
+        if key not in unit_meta:
+            try:
+                spec = json.loads(r.get("workload_spec") or "{}")
+            except (TypeError, json.JSONDecodeError):
+                spec = {}
+            unit_meta[key] = (wname, whash, shape, skey, spec if isinstance(spec, dict) else {})
+
+    modes = [m.value for m in ALL_MODES if any(parse_mode(str(r["mode"])) == m for r in usable)]
+    units: list[Unit] = []
+    for key in sorted(unit_rows):
+        wname, whash, shape, skey, spec = unit_meta[key]
+        feats: dict[str, float | None] = {}
+        for name in OBS_NAMES:
+            vals = [v for v in (_num(r.get("obs_" + name)) for r in unit_rows[key]) if v is not None]
+            feats[name] = float(np.mean(vals)) if vals else None
+        if all(v is None for v in feats.values()):
+            notes.append(f"workload {wname} has no observed features in any row; left out")
+            continue
+        units.append(
+            Unit(
+                key=key,
+                workload=wname,
+                workload_hash=whash,
+                group=wname,
+                shape=shape,
+                shape_key=skey,
+                features=feats,
+                spec=spec,
+                n_rows=len(unit_rows[key]),
+            )
+        )
+    if not units:
+        raise DatasetError("no row has observed features: was /metrics scraped during the profile?")
+
+    metrics = [m for m in WORKLOAD_METRICS if any(metric_value(r, m) is not None for r in usable)]
+    if not metrics:
+        raise DatasetError("no row has a latency or throughput measurement")
+    n_u, n_m, n_k = len(units), len(modes), len(metrics)
+    mean = np.full((n_u, n_m, n_k), np.nan)
+    std = np.full((n_u, n_m, n_k), np.nan)
+    count = np.zeros((n_u, n_m, n_k), dtype=np.int64)
+    mode_index = {m: i for i, m in enumerate(modes)}
+    for u, unit in enumerate(units):
+        by_mode: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+        for r in unit_rows[unit.key]:
+            by_mode[parse_mode(str(r["mode"])).value].append(r)
+        for mode, rs in by_mode.items():
+            i = mode_index[mode]
+            for j, metric in enumerate(metrics):
+                vals = [v for v in (metric_value(r, metric) for r in rs) if v is not None]
+                if vals:
+                    mean[u, i, j] = float(np.mean(vals))
+                    std[u, i, j] = float(np.std(vals, ddof=1)) if len(vals) > 1 else np.nan
+                    count[u, i, j] = len(vals)
+
+    shapes: dict[str, dict[str, Any]] = {}
+    for unit in units:
+        shapes.setdefault(unit.shape_key, unit.shape)
+    shape_keys = sorted(shapes)
+    starts: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+    for r in usable:
+        skey = shape_key(shape_of_row(r))
+        if skey in shapes:
+            starts.setdefault((skey, parse_mode(str(r["mode"])).value, str(r.get("run_id"))), r)
+    constants = []
+    for c in CONSTANT_METRICS:
+        has = any(_num(r.get(c)) is not None for r in starts.values())
+        if has or (c in ("capture_s", "graph_gib") and CudaGraphMode.NONE.value in modes):
+            constants.append(c)
+    n_s, n_c = len(shape_keys), len(constants)
+    const_mean = np.full((n_s, n_m, n_c), np.nan)
+    const_std = np.full((n_s, n_m, n_c), np.nan)
+    const_count = np.zeros((n_s, n_m, n_c), dtype=np.int64)
+    for s, skey in enumerate(shape_keys):
+        for i, mode in enumerate(modes):
+            rs = [r for (k, m, _), r in starts.items() if k == skey and m == mode]
+            for k, c in enumerate(constants):
+                vals = [v for v in (_num(r.get(c)) for r in rs) if v is not None]
+                if not vals and mode == CudaGraphMode.NONE.value and c in ("capture_s", "graph_gib") and rs:
+                    vals = [0.0]
+                if vals:
+                    const_mean[s, i, k] = float(np.mean(vals))
+                    const_std[s, i, k] = float(np.std(vals, ddof=1)) if len(vals) > 1 else np.nan
+                    const_count[s, i, k] = len(vals)
+
+    noise_cv: dict[str, float] = {}
+    noise_source: dict[str, str] = {}
+    for j, metric in enumerate(metrics):
+        ok = (count[:, :, j] >= 2) & (np.abs(mean[:, :, j]) > 0)
+        if ok.any():
+            cvs = std[:, :, j][ok] / np.abs(mean[:, :, j][ok])
+            noise_cv[metric] = float(np.median(cvs))
+            noise_source[metric] = f"median CV over {int(ok.sum())} cells with repeats"
+        else:
+            noise_cv[metric] = DEFAULT_NOISE_CV
+            noise_source[metric] = f"assumed {DEFAULT_NOISE_CV:.0%} (no cell has two repeats)"
+    for k, c in enumerate(constants):
+        ok = (const_count[:, :, k] >= 2) & (np.abs(const_mean[:, :, k]) > 0)
+        if ok.any():
+            noise_cv[c] = float(np.median(const_std[:, :, k][ok] / np.abs(const_mean[:, :, k][ok])))
+            noise_source[c] = f"median CV over {int(ok.sum())} modes with several engine starts"
+        else:
+            noise_cv[c] = DEFAULT_NOISE_CV
+            noise_source[c] = f"assumed {DEFAULT_NOISE_CV:.0%} (one engine start per mode)"
+
+    fps: dict[str, Fingerprint] = {}
+    for r in usable:
+        fp = fingerprint_of_row(r)
+        fps.setdefault(fp.key(), fp)
+    synthetic = any(str(r.get("run_id", "")).startswith("synthetic") for r in usable)
+    if synthetic:
+        notes.append("SYNTHETIC rows (run_id 'synthetic-*'): not measurements; for development only")
+    return TrainingSet(
+        units=units,
+        modes=modes,
+        metrics=metrics,
+        mean=mean,
+        std=std,
+        count=count,
+        shapes=shapes,
+        constants=constants,
+        const_mean=const_mean,
+        const_std=const_std,
+        const_count=const_count,
+        shape_keys=shape_keys,
+        noise_cv=noise_cv,
+        noise_source=noise_source,
+        fingerprints=[fps[k] for k in sorted(fps)],
+        data_sha256=rows_sha256(usable),
+        n_rows=len(usable),
+        n_rows_total=n_rows_total if n_rows_total is not None else len(rows),
+        synthetic=synthetic,
+        notes=notes,
+    )

@@ -1,0 +1,327 @@
+"""The estimators a selector model is made of, and their fast single-row inference.
+
+:class:`ColumnwiseRegressor` predicts every (mode, metric) column at once. Each column is its own
+regressor fitted on the rows where that column was measured (a mode that failed on a workload leaves a
+hole, ``NaN``, and the other columns keep that row), so "one regressor per (mode, target)" holds while
+prediction stays one numpy call for every mode:
+
+``ridge``
+    Ridge regression on standardized inputs, ``alpha`` chosen per column by exact leave-one-out error
+    over a fixed grid. Prediction is one matrix product.
+``knn``
+    Inverse-square-distance weighted mean of the ``n_neighbors`` nearest rows that measured the
+    column, in standardized input space.
+``extra_trees``
+    One multi-output :class:`~sklearn.ensemble.ExtraTreesRegressor` over all columns (holes filled
+    with the column mean for fitting only).
+``mean``
+    The column mean: the no-information baseline the others must beat.
+
+The classifiers are scikit-learn's own (:func:`make_classifier`). Forest and tree models, regressor or
+classifier, are compiled at load time into a :class:`FlatForest`: every tree's arrays concatenated and
+walked for all trees at once, which answers one row in tens of microseconds where scikit-learn's
+``predict`` spends milliseconds in per-call overhead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.dummy import DummyClassifier
+from sklearn.ensemble import (
+    ExtraTreesClassifier,
+    ExtraTreesRegressor,
+    GradientBoostingClassifier,
+    RandomForestClassifier,
+)
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.tree import DecisionTreeClassifier
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+FloatArray = NDArray[np.float64]
+RegressorKind = Literal["ridge", "knn", "extra_trees", "mean"]
+ClassifierKind = Literal["extra_trees", "random_forest", "gradient_boosting", "decision_tree", "knn"]
+REGRESSOR_KINDS: tuple[RegressorKind, ...] = ("ridge", "knn", "extra_trees", "mean")
+CLASSIFIER_KINDS: tuple[ClassifierKind, ...] = (
+    "extra_trees",
+    "random_forest",
+    "gradient_boosting",
+    "decision_tree",
+    "knn",
+)
+DEFAULT_ALPHAS: tuple[float, ...] = tuple(float(a) for a in np.logspace(-3, 3, 13))
+
+
+class ColumnwiseRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
+    """Multi-output regressor whose targets may have holes (NaN); see the module docstring.
+
+    With ``allow_nan_targets`` a NaN target means "not measured": the row is left out of that column's
+    fit only, and a column with no value at all predicts NaN. Without it, NaN targets are an error, as
+    in any scikit-learn regressor.
+
+    Parameters are stored unchanged by ``__init__``; everything learned ends in ``_``.
+    """
+
+    def __init__(
+        self,
+        kind: RegressorKind = "ridge",
+        alphas: Sequence[float] = DEFAULT_ALPHAS,
+        n_neighbors: int = 3,
+        n_estimators: int = 100,
+        random_state: int = 0,
+        allow_nan_targets: bool = False,
+    ) -> None:
+        self.kind = kind
+        self.alphas = alphas
+        self.n_neighbors = n_neighbors
+        self.n_estimators = n_estimators
+        self.random_state = random_state
+        self.allow_nan_targets = allow_nan_targets
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        tags.target_tags.single_output = True
+        tags.target_tags.required = True
+        return tags
+
+    def fit(self, X: Any, y: Any) -> ColumnwiseRegressor:
+        if self.kind not in REGRESSOR_KINDS:
+            raise ValueError(f"kind must be one of {REGRESSOR_KINDS}, got {self.kind!r}")
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
+        X = validate_data(self, X, reset=True, dtype=np.float64, ensure_min_samples=1)
+        Y = np.asarray(y, dtype=np.float64)
+        if Y.ndim not in (1, 2) or Y.shape[0] != X.shape[0]:
+            raise ValueError(f"y must have {X.shape[0]} rows, got shape {Y.shape}")
+        if np.isinf(Y).any():
+            raise ValueError("Input y contains infinity")
+        if not self.allow_nan_targets and np.isnan(Y).any():
+            raise ValueError("Input y contains NaN (set allow_nan_targets=True for columns with holes)")
+        self.single_output_ = Y.ndim == 1
+        Y2 = Y.reshape(-1, 1) if Y.ndim == 1 else Y
+        k = Y2.shape[1]
+        self.n_outputs_ = k
+        mean = X.mean(axis=0)
+        scale = X.std(axis=0)
+        self.x_mean_ = mean
+        self.x_scale_ = np.where(scale > 0, scale, 1.0)
+        Z = (X - self.x_mean_) / self.x_scale_
+        finite = np.isfinite(Y2)
+        self.n_fit_ = finite.sum(axis=0).astype(np.int64)
+        col_mean = np.array([Y2[finite[:, j], j].mean() if finite[:, j].any() else np.nan for j in range(k)])
+        self.y_mean_ = col_mean
+        self.coef_ = np.zeros((Z.shape[1], k))
+        self.intercept_ = np.where(np.isfinite(col_mean), col_mean, np.nan)
+        self.alpha_ = np.full(k, np.nan)
+        if self.kind == "ridge":
+            for j in range(k):
+                rows = finite[:, j]
+                if rows.sum() >= 3 and Z.shape[1]:
+                    coef, icpt, alpha = _ridge_loo(Z[rows], Y2[rows, j], self.alphas)
+                    self.coef_[:, j], self.intercept_[j], self.alpha_[j] = coef, icpt, alpha
+        elif self.kind == "knn":
+            self.train_z_ = Z
+            self.train_y_ = Y2.copy()
+        elif self.kind == "extra_trees":
+            filled = np.where(finite, Y2, np.where(np.isfinite(col_mean), col_mean, 0.0))
+            forest = ExtraTreesRegressor(
+                n_estimators=self.n_estimators, random_state=self.random_state, min_samples_leaf=1
+            )
+            self.forest_ = forest.fit(Z, filled if k > 1 else filled.ravel())
+        return self
+
+    def _z(self, X: Any) -> FloatArray:
+        check_is_fitted(self, "n_outputs_")
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        return np.asarray((X - self.x_mean_) / self.x_scale_, dtype=np.float64)
+
+    def predict(self, X: Any) -> FloatArray:
+        Z = self._z(X)
+        out = self._predict_z(Z)
+        return out.ravel() if self.single_output_ else out
+
+    def _predict_z(self, Z: FloatArray) -> FloatArray:
+        absent = ~np.isfinite(self.y_mean_)
+        if self.kind == "knn":
+            out = _knn(Z, self.train_z_, self.train_y_, self.n_neighbors)
+        elif self.kind == "extra_trees":
+            out = np.asarray(self.forest_.predict(Z), dtype=np.float64).reshape(Z.shape[0], -1)
+        else:
+            out = Z @ self.coef_ + self.intercept_
+        out[:, absent] = np.nan
+        return np.asarray(out, dtype=np.float64)
+
+    def compile(self) -> Callable[[FloatArray], FloatArray]:
+        """A function from one raw input row to all outputs, for the per-request path (no validation)."""
+        check_is_fitted(self, "n_outputs_")
+        mean, scale = self.x_mean_.copy(), self.x_scale_.copy()
+        absent = ~np.isfinite(self.y_mean_)
+        if self.kind in ("ridge", "mean"):
+            coef, icpt = self.coef_.copy(), self.intercept_.copy()
+            return lambda x: ((x - mean) / scale) @ coef + icpt
+        if self.kind == "knn":
+            tz, ty, k = self.train_z_, self.train_y_, self.n_neighbors
+            return lambda x: _knn(((x - mean) / scale)[None, :], tz, ty, k)[0]
+        flat = FlatForest.from_estimators(self.forest_.estimators_, classifier=False)
+
+        def forest_predict(x: FloatArray) -> FloatArray:
+            out = flat.predict_one((x - mean) / scale)
+            out[absent] = np.nan
+            return out
+
+        return forest_predict
+
+
+def _ridge_loo(Z: FloatArray, y: FloatArray, alphas: Sequence[float]) -> tuple[FloatArray, float, float]:
+    """Ridge with intercept; the alpha with the lowest exact leave-one-out squared error."""
+    m = Z.shape[0]
+    zm, ym = Z.mean(axis=0), y.mean()
+    Zc, yc = Z - zm, y - ym
+    U, s, Vt = np.linalg.svd(Zc, full_matrices=False)
+    uy = U.T @ yc
+    best: tuple[float, FloatArray, float] | None = None
+    for alpha in alphas:
+        shrink = s / (s**2 + alpha)
+        coef = Vt.T @ (shrink * uy)
+        h = (U**2) @ (s**2 / (s**2 + alpha)) + 1.0 / m
+        resid = yc - Zc @ coef
+        loo = resid / np.maximum(1.0 - h, 1e-6)
+        err = float(np.mean(loo**2))
+        if best is None or err < best[0] - 1e-15:
+            best = (err, coef, float(alpha))
+    assert best is not None
+    _, coef, alpha = best
+    return coef, float(ym - zm @ coef), alpha
+
+
+def _knn(Zq: FloatArray, Zt: FloatArray, Yt: FloatArray, k: int) -> FloatArray:
+    d2 = ((Zq[:, None, :] - Zt[None, :, :]) ** 2).sum(axis=2)  # (q, n)
+    order = np.argsort(d2, axis=1, kind="stable")
+    finite = np.isfinite(Yt)  # (n, K)
+    fs = finite[order]  # (q, n, K)
+    ys = np.where(finite, Yt, 0.0)[order]
+    ds = np.take_along_axis(d2, order, axis=1)[:, :, None]
+    take = fs & (np.cumsum(fs, axis=1) <= max(k, 1))
+    w = take / (ds + 1e-9)
+    wsum = w.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = (w * ys).sum(axis=1) / wsum
+    out[wsum == 0] = np.nan
+    return np.asarray(out, dtype=np.float64)
+
+
+def make_classifier(kind: ClassifierKind, n_classes: int, random_state: int = 0) -> Any:
+    """A fresh scikit-learn classifier of ``kind``; a constant one when there is a single class."""
+    if n_classes < 2:
+        return DummyClassifier(strategy="most_frequent")
+    if kind == "extra_trees":
+        return ExtraTreesClassifier(n_estimators=100, random_state=random_state)
+    if kind == "random_forest":
+        return RandomForestClassifier(n_estimators=100, random_state=random_state)
+    if kind == "gradient_boosting":
+        return GradientBoostingClassifier(n_estimators=50, max_depth=2, random_state=random_state)
+    if kind == "decision_tree":
+        return DecisionTreeClassifier(max_depth=3, random_state=random_state)
+    if kind == "knn":
+        return KNeighborsClassifier(n_neighbors=1)
+    raise ValueError(f"unknown classifier kind {kind!r}; expected one of {CLASSIFIER_KINDS}")
+
+
+class FlatForest:
+    """Trees of a fitted forest (or one tree) as flat arrays, evaluated for one row across all trees.
+
+    Splits follow scikit-learn exactly: the row is cast to float32, as scikit-learn's trees do, and
+    goes left when ``x[feature] <= threshold``. Regression leaves hold the outputs; classification
+    leaves hold class fractions; the result is the mean over trees, as ``predict``/``predict_proba``.
+    """
+
+    def __init__(
+        self,
+        feature: NDArray[np.int64],
+        threshold: FloatArray,
+        left: NDArray[np.int64],
+        right: NDArray[np.int64],
+        value: FloatArray,
+        roots: NDArray[np.int64],
+        depth: int,
+    ) -> None:
+        self.feature = feature
+        self.threshold = threshold
+        self.left = left
+        self.right = right
+        self.value = value
+        self.roots = roots
+        self.depth = depth
+
+    @classmethod
+    def from_estimators(cls, estimators: Sequence[Any], *, classifier: bool) -> FlatForest:
+        feats, thrs, lefts, rights, values, roots = [], [], [], [], [], []
+        offset, depth = 0, 0
+        for est in estimators:
+            t = est.tree_
+            n = t.node_count
+            feats.append(t.feature.astype(np.int64))
+            thrs.append(t.threshold.astype(np.float64))
+            is_leaf = t.children_left < 0
+            lefts.append(np.where(is_leaf, np.arange(n), t.children_left) + offset)
+            rights.append(np.where(is_leaf, np.arange(n), t.children_right) + offset)
+            v = np.asarray(t.value, dtype=np.float64)
+            if classifier:
+                v = v[:, 0, :]
+                sums = v.sum(axis=1, keepdims=True)
+                v = v / np.where(sums > 0, sums, 1.0)
+            else:
+                v = v[:, :, 0]
+            values.append(v)
+            roots.append(offset)
+            offset += n
+            depth = max(depth, int(t.max_depth))
+        return cls(
+            np.concatenate(feats),
+            np.concatenate(thrs),
+            np.concatenate(lefts),
+            np.concatenate(rights),
+            np.concatenate(values),
+            np.asarray(roots, dtype=np.int64),
+            depth,
+        )
+
+    def predict_one(self, x: FloatArray) -> FloatArray:
+        xs = np.asarray(x, dtype=np.float32).astype(np.float64)
+        node = self.roots
+        for _ in range(self.depth):
+            f = self.feature[node]
+            go_left = xs[np.maximum(f, 0)] <= self.threshold[node]
+            node = np.where(go_left, self.left[node], self.right[node])  # leaves point at themselves
+        return np.asarray(self.value[node].mean(axis=0), dtype=np.float64)
+
+
+def compile_classifier(clf: Any) -> Callable[[FloatArray], FloatArray]:
+    """Class probabilities (in ``clf.classes_`` order) for one row: flattened for trees and forests."""
+    if isinstance(clf, (ExtraTreesClassifier, RandomForestClassifier)):
+        flat = FlatForest.from_estimators(clf.estimators_, classifier=True)
+        return flat.predict_one
+    if isinstance(clf, DecisionTreeClassifier):
+        flat = FlatForest.from_estimators([clf], classifier=True)
+        return flat.predict_one
+    if isinstance(clf, DummyClassifier):
+        proba = np.asarray(clf.class_prior_, dtype=np.float64)
+        return lambda x: proba
+    return lambda x: np.asarray(clf.predict_proba(x[None, :])[0], dtype=np.float64)
+
+
+__all__ = [
+    "CLASSIFIER_KINDS",
+    "REGRESSOR_KINDS",
+    "ClassifierKind",
+    "ColumnwiseRegressor",
+    "FlatForest",
+    "RegressorKind",
+    "compile_classifier",
+    "make_classifier",
+]

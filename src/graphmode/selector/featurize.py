@@ -1,0 +1,225 @@
+"""Selector inputs: which observed features (and shape fields) a model uses, and how they become numbers.
+
+Inputs are the *observed* traffic features of :class:`~graphmode.profiling.records.ObservedFeatures`,
+computed by :mod:`graphmode.profiling.features` in the profiler and live alike, never the grid's nominal
+knobs. Rates, token counts and batch sizes enter as ``log1p`` (latency scales multiplicatively with
+them); coefficients of variation enter as they are. When a dataset holds several model shapes, the
+shape fields of the fingerprint (parameters, layers, hidden size: ``log``; architecture: one-hot when
+there are several) join them, so one model can tell a 1B from an 8B model.
+
+A :class:`FeatureSpec` is fitted on the training units and saved in the model card. It records the
+columns kept, the ones dropped (all-null, or constant across the training data) and why, the training
+median used for a missing value, and the training range and spacing used to say how far an input is
+from what was profiled. :meth:`FeatureSpec.vectorize` is the per-request path: plain Python and one
+small numpy array, no DataFrame.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field
+
+Transform = Literal["log1p", "log", "none"]
+Source = Literal["obs", "shape", "arch"]
+
+# The traffic features a model may use, with their transform. Order is the column order.
+OBS_FEATURES: tuple[tuple[str, Transform], ...] = (
+    ("arrival_rate", "log1p"),
+    ("prefill_decode_ratio", "log1p"),
+    ("mean_input_tokens", "log1p"),
+    ("mean_output_tokens", "log1p"),
+    ("batch_mean", "log1p"),
+    ("batch_cv", "none"),
+    ("concurrency_mean", "log1p"),
+)
+# Model-shape fields from the fingerprint (row columns fp_*), used only when the data has several shapes.
+SHAPE_FEATURES: tuple[tuple[str, Transform], ...] = (
+    ("num_params_b", "log"),
+    ("num_layers", "log"),
+    ("hidden_size", "log"),
+)
+ARCH_FIELD = "model_architecture"
+
+FloatArray = NDArray[np.float64]
+
+
+def transform(value: float | None, how: Transform) -> float:
+    """The model-space value of one raw feature; NaN for missing or unusable values."""
+    if value is None:
+        return math.nan
+    v = float(value)
+    if not math.isfinite(v):
+        return math.nan
+    if how == "log1p":
+        return math.log1p(max(v, 0.0))
+    if how == "log":
+        return math.log(v) if v > 0 else math.nan
+    return v
+
+
+class FeatureSpec(BaseModel):
+    """The fitted input definition of one model. Everything per column is in transformed space."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    names: list[str]
+    sources: list[Source]
+    transforms: list[Transform]
+    fill: list[float] = Field(description="training median, used for a missing value")
+    lo: list[float] = Field(description="training minimum")
+    hi: list[float] = Field(description="training maximum")
+    center: list[float] = Field(description="training mean, for distances")
+    scale: list[float] = Field(description="training standard deviation (1 where 0), for distances")
+    dropped: dict[str, str] = Field(default_factory=dict, description="feature -> why it is not used")
+    nn_dist_median: float = Field(0.0, description="median distance of a training unit to its nearest other")
+    nn_dist_max: float = Field(0.0, description="largest such distance")
+    architectures: list[str] = Field(default_factory=list)
+    uses_shape: bool = False
+
+    @property
+    def n(self) -> int:
+        return len(self.names)
+
+    def raw_value(self, i: int, features: Mapping[str, Any], shape: Mapping[str, Any] | None) -> float | None:
+        name, source = self.names[i], self.sources[i]
+        if source == "obs":
+            v = features.get(name)
+            return None if v is None else float(v)
+        if shape is None:
+            return None
+        if source == "shape":
+            v = shape.get(name)
+            return None if v is None else float(v)
+        arch = shape.get(ARCH_FIELD)
+        if arch is None:
+            return None
+        return 1.0 if name == f"arch={arch}" else 0.0
+
+    def vectorize(
+        self, features: Mapping[str, Any], shape: Mapping[str, Any] | None = None
+    ) -> tuple[FloatArray, list[str]]:
+        """One input row (missing values filled with the training median) and the names that were filled."""
+        out = np.empty(self.n, dtype=np.float64)
+        filled: list[str] = []
+        for i in range(self.n):
+            v = transform(self.raw_value(i, features, shape), self.transforms[i])
+            if math.isnan(v):
+                v = self.fill[i]
+                filled.append(self.names[i])
+            out[i] = v
+        return out, filled
+
+    def standardize(self, X: FloatArray) -> FloatArray:
+        return np.asarray((X - np.asarray(self.center)) / np.asarray(self.scale), dtype=np.float64)
+
+    def distance(self, x: FloatArray, train_std: FloatArray) -> float:
+        """Distance of one row to the nearest training unit, in standardized units."""
+        if train_std.size == 0 or self.n == 0:
+            return 0.0
+        z = self.standardize(x[None, :])
+        return float(np.sqrt(((train_std - z) ** 2).sum(axis=1)).min())
+
+    def out_of_range(self, x: FloatArray, slack: float = 0.1) -> list[str]:
+        """Features outside the training range widened by ``slack`` of its width on either side."""
+        out = []
+        for i, name in enumerate(self.names):
+            if self.sources[i] == "arch":
+                continue
+            width = self.hi[i] - self.lo[i]
+            pad = slack * width if width > 0 else 0.05 * max(abs(self.hi[i]), 1.0)
+            if x[i] < self.lo[i] - pad or x[i] > self.hi[i] + pad:
+                out.append(name)
+        return out
+
+
+def shape_of_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The model-shape fields of a dataset row (``fp_*`` columns), unprefixed."""
+    keys = [n for n, _ in SHAPE_FEATURES] + [ARCH_FIELD, "model_config_hash", "model_type"]
+    return {k: row.get("fp_" + k) for k in keys}
+
+
+def shape_key(shape: Mapping[str, Any]) -> str:
+    """Identity of a model shape: its config hash, else its architecture and dimensions."""
+    h = shape.get("model_config_hash")
+    if h:
+        return str(h)
+    parts = [
+        shape.get(ARCH_FIELD),
+        shape.get("num_layers"),
+        shape.get("hidden_size"),
+        shape.get("num_params_b"),
+    ]
+    return "|".join("?" if p is None else str(p) for p in parts)
+
+
+def fit_spec(
+    obs_rows: Sequence[Mapping[str, Any]], shapes: Sequence[Mapping[str, Any]]
+) -> tuple[FeatureSpec, FloatArray]:
+    """Fit the spec on the training units (one observed-feature mapping and one shape each).
+
+    Returns the spec and the units' input matrix (missing values filled). Shape columns are only
+    considered when the units span more than one shape.
+    """
+    n = len(obs_rows)
+    distinct_shapes = {shape_key(s) for s in shapes}
+    candidates: list[tuple[str, Source, Transform]] = [(name, "obs", t) for name, t in OBS_FEATURES]
+    archs: list[str] = []
+    if len(distinct_shapes) > 1:
+        candidates += [(name, "shape", t) for name, t in SHAPE_FEATURES]
+        archs = sorted({str(s.get(ARCH_FIELD)) for s in shapes if s.get(ARCH_FIELD)})
+        if len(archs) > 1:
+            candidates += [(f"arch={a}", "arch", "none") for a in archs]
+    cols: list[FloatArray] = []
+    kept: list[tuple[str, Source, Transform]] = []
+    dropped: dict[str, str] = {}
+    probe = FeatureSpec(names=[], sources=[], transforms=[], fill=[], lo=[], hi=[], center=[], scale=[])
+    for name, source, how in candidates:
+        probe.names, probe.sources, probe.transforms = [name], [source], [how]
+        col = np.array([transform(probe.raw_value(0, obs_rows[j], shapes[j]), how) for j in range(n)])
+        finite = col[np.isfinite(col)]
+        if finite.size == 0:
+            dropped[name] = "null in every training row"
+            continue
+        if finite.size > 1 and float(finite.max() - finite.min()) <= 1e-12 * max(
+            1.0, abs(float(finite.max()))
+        ):
+            dropped[name] = "constant across the training data"
+            continue
+        if finite.size == 1 and n > 1:
+            dropped[name] = "known for only one training unit"
+            continue
+        cols.append(col)
+        kept.append((name, source, how))
+    X = np.column_stack(cols) if kept else np.zeros((n, 0))
+    fill = [float(np.nanmedian(X[:, i])) for i in range(X.shape[1])]
+    for i in range(X.shape[1]):
+        X[~np.isfinite(X[:, i]), i] = fill[i]
+    center = X.mean(axis=0) if n else np.zeros(X.shape[1])
+    scale = X.std(axis=0) if n else np.ones(X.shape[1])
+    scale = np.where(scale > 0, scale, 1.0)
+    spec = FeatureSpec(
+        names=[k[0] for k in kept],
+        sources=[k[1] for k in kept],
+        transforms=[k[2] for k in kept],
+        fill=fill,
+        lo=[float(v) for v in X.min(axis=0)] if n else [],
+        hi=[float(v) for v in X.max(axis=0)] if n else [],
+        center=[float(v) for v in center],
+        scale=[float(v) for v in scale],
+        dropped=dropped,
+        architectures=archs,
+        uses_shape=any(k[1] != "obs" for k in kept),
+    )
+    Z = spec.standardize(X)
+    if n >= 2 and Z.shape[1]:
+        d = np.sqrt(((Z[:, None, :] - Z[None, :, :]) ** 2).sum(axis=2))
+        np.fill_diagonal(d, np.inf)
+        nn = d.min(axis=1)
+        spec.nn_dist_median = float(np.median(nn))
+        spec.nn_dist_max = float(nn.max())
+    return spec, X

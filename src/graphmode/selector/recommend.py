@@ -1,0 +1,504 @@
+"""Recommending a mode: load a model once, answer many requests fast.
+
+::
+
+    rec = Recommender.load(models_dir, model_id=None, target=fingerprint)   # once
+    answer = rec.recommend(ObservedFeatures(...) | WorkloadDescription(...), "itl_p50")
+
+Everything that does not depend on the request is done at load: the artifact is verified and loaded,
+the regressors and classifier are compiled to numpy (:meth:`ColumnwiseRegressor.compile`,
+:func:`compile_classifier`), the training inputs are standardized for the distance check, and the
+per-mode constants are predicted for the target shape. A request is then one vectorization, one
+matrix product (or flattened-forest walk) for every (mode, metric), a ranking of at most five modes and
+one pydantic object. A :class:`Recommender` is immutable after load and safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from graphmode.errors import ModelError, ObjectiveError, StaleModelError
+from graphmode.modes import CudaGraphMode, compilation_config, parse_mode
+from graphmode.profiling.records import Fingerprint, ObservedFeatures
+from graphmode.selector.artifacts import load_artifact
+from graphmode.selector.card import ARTIFACT_FILE, ModelCard
+from graphmode.selector.describe import WorkloadDescription, describe_features
+from graphmode.selector.estimators import compile_classifier
+from graphmode.selector.featurize import ARCH_FIELD, SHAPE_FEATURES, shape_key
+from graphmode.selector.model import SelectorModel, _design
+from graphmode.selector.objective import TIE_Z, Objective, make_objective, rank, relative_gain
+from graphmode.selector.registry import FingerprintMatch, match_card, select_model
+
+FeatureSource = Literal["observed", "description", "server"]
+ConfidenceLevel = Literal["high", "medium", "low"]
+FAR_RATIO = 4.0  # distance to the nearest training workload, in typical training spacings, that is "far"
+NEAR_RATIO = 2.0
+
+
+class ModePrediction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mode: str
+    metrics: dict[str, float | None] = Field(description="predicted values, base units (s, tok/s, GiB, ...)")
+    objective_value: float | None
+    score: float | None = Field(description="objective value with memory/startup weights applied")
+    noise: float | None = Field(description="one standard deviation of the objective value (run-to-run)")
+    status: str = Field(description="ok | unverified | violates | unknown (constraints)")
+    violations: list[str] = Field(default_factory=list)
+    tied: bool = Field(description="within the noise of the chosen mode")
+
+
+class Confidence(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    level: ConfidenceLevel
+    margin_sigma: float | None = Field(
+        description="chosen vs runner-up score gap, in noise standard deviations"
+    )
+    runner_up: str | None
+    distance: float = Field(description="standardized distance to the nearest profiled workload")
+    distance_ratio: float | None = Field(
+        description="that distance over the typical spacing of profiled workloads"
+    )
+    in_distribution: bool
+    out_of_range: list[str] = Field(default_factory=list, description="features outside the profiled range")
+    imputed: list[str] = Field(
+        default_factory=list, description="features not given, filled with training medians"
+    )
+    reasons: list[str] = Field(default_factory=list)
+
+
+class Recommendation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mode: str
+    compilation_config: str = Field(description="JSON for vLLM's --compilation-config")
+    vllm_args: list[str]
+    objective: Objective
+    objective_description: str
+    predicted_value: float | None = Field(description="predicted objective metric of the chosen mode")
+    default_mode: str
+    gain_vs_default_pct: float | None = Field(
+        description="predicted improvement over vLLM's default, % (score)"
+    )
+    gain_significant: bool = Field(
+        description="False when the default is within the noise of the chosen mode"
+    )
+    ties: list[str]
+    constraints_met: bool
+    predictions: list[ModePrediction]
+    classifier_mode: str | None = Field(
+        None, description="fast-path classifier's answer (default objective only)"
+    )
+    classifier_agrees: bool | None = None
+    confidence: Confidence
+    features: dict[str, float | None]
+    features_source: FeatureSource
+    model_id: str
+    fingerprint_keys: list[str]
+    fingerprint_match: str
+    synthetic_model: bool = False
+    warnings: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    elapsed_ms: float | None = None
+
+
+Inputs = ObservedFeatures | WorkloadDescription | Mapping[str, Any]
+
+
+class Recommender:
+    """A loaded model, ready to answer. Build with :meth:`load` or :meth:`from_dir`."""
+
+    def __init__(
+        self,
+        folder: Path,
+        card: ModelCard,
+        model: SelectorModel,
+        match: FingerprintMatch | None = None,
+        target: Fingerprint | None = None,
+    ) -> None:
+        self.folder = folder
+        self.card = card
+        self.model = model
+        self.match = match or match_card(card, target)
+        self.target = target
+        self.model_id = card.model_id
+        self.spec = model.spec
+        self.modes: list[str] = list(model.modes)
+        self.metrics: list[str] = list(model.metrics)
+        self.constants: list[str] = list(model.constants)
+        self.default_objective = card.default_objective
+        self.default_mode = card.default_mode
+        self._n_modes, self._n_metrics = len(self.modes), len(self.metrics)
+        self._reg = model.regressor.compile()
+        self._const = model.const_regressor.compile()
+        self._clf = compile_classifier(model.classifier)
+        self._classes = list(model.classes)
+        self._train_z = self.spec.standardize(model.train_x) if model.train_x.size else model.train_x
+        self._const_cache: dict[str, list[dict[str, float | None]]] = {}
+        self._shape_warning: str | None = None
+        self._shape = self._target_shape(target)
+        self._const_rows = self._constants_for(self._shape)
+        e2e = "e2e_p50" in self.metrics
+        self._e2e_col = self.metrics.index("e2e_p50") if e2e else None
+
+    # ---------------------------------------------------------------- loading
+    @classmethod
+    def load(
+        cls,
+        models_dir: Path | str | None = None,
+        model_id: str | None = None,
+        *,
+        target: Fingerprint | None = None,
+        strict: bool = False,
+    ) -> Recommender:
+        """The registry's best model for ``target`` (or ``model_id``), verified and compiled.
+
+        ``strict`` raises :class:`StaleModelError` instead of warning when the model's fingerprint
+        differs from the target's.
+        """
+        entry, match = select_model(Path(models_dir) if models_dir is not None else None, model_id, target)
+        if strict and match.stale:
+            raise StaleModelError(
+                f"model {entry.model_id} is stale for the target: " + "; ".join(match.differences)
+            )
+        rec = cls.from_dir(entry.folder, target=target)
+        rec.match = match
+        return rec
+
+    @classmethod
+    def from_dir(cls, folder: Path | str, *, target: Fingerprint | None = None) -> Recommender:
+        folder = Path(folder)
+        card = ModelCard.load(folder)
+        info = card.artifacts.get(ARTIFACT_FILE)
+        if info is None:
+            raise ModelError(f"model card in {folder} lists no {ARTIFACT_FILE}")
+        obj = load_artifact(folder / info.file, info)
+        model = SelectorModel.from_artifact(
+            obj,
+            spec=card.features,
+            modes=card.modes,
+            metrics=card.workload_metrics,
+            constants=card.constant_metrics,
+            classes=card.classifier_classes,
+            noise_cv={k: v.noise_cv for k, v in card.metrics.items()},
+            default_mode=card.default_mode,
+        )
+        return cls(folder, card, model, target=target)
+
+    # ---------------------------------------------------------------- shapes
+    def _target_shape(self, target: Fingerprint | None) -> dict[str, Any] | None:
+        shapes = self.card.shapes
+        if target is not None and (
+            target.model_config_hash or target.num_params_b or target.model_architecture
+        ):
+            shape = {
+                k: getattr(target, k)
+                for k in [n for n, _ in SHAPE_FEATURES] + [ARCH_FIELD, "model_config_hash", "model_type"]
+            }
+            self._check_shape(shape)
+            return shape
+        if len(shapes) > 1:
+            self._shape_warning = (
+                f"model covers {len(shapes)} model shapes and no target shape was given: "
+                f"assuming {shapes[0].get(ARCH_FIELD)} ({shapes[0].get('num_params_b')}B)"
+            )
+        return dict(shapes[0]) if shapes else None
+
+    def _check_shape(self, shape: Mapping[str, Any]) -> None:
+        known = {shape_key(s) for s in self.card.shapes}
+        if shape_key(shape) in known:
+            return
+        archs = {s.get(ARCH_FIELD) for s in self.card.shapes}
+        params = [float(s["num_params_b"]) for s in self.card.shapes if s.get("num_params_b")]
+        p = shape.get("num_params_b")
+        unlike = []
+        if shape.get(ARCH_FIELD) and shape.get(ARCH_FIELD) not in archs:
+            unlike.append(
+                f"architecture {shape.get(ARCH_FIELD)} (trained: {', '.join(sorted(map(str, archs)))})"
+            )
+        if p and params and not (min(params) / 2 <= p <= max(params) * 2):
+            unlike.append(f"{p:.3g}B parameters (trained: {min(params):.3g}–{max(params):.3g}B)")
+        if unlike:
+            self._shape_warning = (
+                "the deployment's model is unlike any this model was trained on: "
+                + "; ".join(unlike)
+                + "; predictions are extrapolations"
+            )
+        elif not self.spec.uses_shape:
+            self._shape_warning = (
+                "the deployment's model is not one this model was trained on and the model "
+                "has no shape features (one shape in its data): predictions assume the "
+                "trained shape"
+            )
+
+    def _constants_for(self, shape: Mapping[str, Any] | None) -> list[dict[str, float | None]]:
+        key = shape_key(shape) if shape else ""
+        cached = self._const_cache.get(key)
+        if cached is not None:
+            return cached
+        rows: list[dict[str, float | None]] = [{} for _ in self.modes]
+        if self.constants:
+            x, _ = self.spec.vectorize({}, shape)
+            cols = self.model.const_cols
+            xc = _design(x[cols][None, :] if cols else np.zeros((1, 0)))[0]
+            vals = np.expm1(self._const(xc))
+            nc = len(self.constants)
+            for i in range(self._n_modes):
+                for k, c in enumerate(self.constants):
+                    v = float(vals[i * nc + k])
+                    rows[i][c] = v if math.isfinite(v) else None
+        self._const_cache[key] = rows
+        return rows
+
+    # ---------------------------------------------------------------- inputs
+    def features_of(self, inputs: Inputs) -> tuple[dict[str, Any], FeatureSource]:
+        if isinstance(inputs, ObservedFeatures):
+            return dict(inputs.__dict__), "observed"
+        if isinstance(inputs, WorkloadDescription):
+            return dict(self.describe(inputs).__dict__), "description"
+        if isinstance(inputs, Mapping):
+            if {"rate", "input_tokens", "output_tokens"} <= set(inputs):
+                return dict(
+                    self.describe(WorkloadDescription.model_validate(dict(inputs))).__dict__
+                ), "description"
+            return dict(ObservedFeatures.model_validate(dict(inputs)).__dict__), "observed"
+        raise TypeError(f"cannot recommend from {type(inputs).__name__}")
+
+    def describe(self, desc: WorkloadDescription) -> ObservedFeatures:
+        """Expected observed features of a described workload, iterated with this model's latency."""
+        calib = {d.feature: d.calibration for d in self.card.describe}
+        return describe_features(desc, self._e2e_predictor(), calib)
+
+    def _e2e_predictor(self) -> Callable[[dict[str, float | None]], float | None] | None:
+        col = self._e2e_col
+        if col is None:
+            return None
+
+        def e2e(feats: dict[str, float | None]) -> float | None:
+            x, _ = self.spec.vectorize(feats, self._shape)
+            logy = self._reg(_design(x[None, :])[0])
+            vals = logy[col :: self._n_metrics]
+            vals = vals[np.isfinite(vals)]
+            return float(np.exp(vals.mean())) if vals.size else None  # geometric mean over modes
+
+        return e2e
+
+    # ---------------------------------------------------------------- predicting
+    def predict(self, inputs: Inputs) -> dict[str, dict[str, float | None]]:
+        """Predicted metrics and constants of every mode the model knows: mode -> metric -> value."""
+        feats, _ = self.features_of(inputs)
+        x, _ = self.spec.vectorize(feats, self._shape)
+        return self._table(x)
+
+    def _table(self, x: np.ndarray) -> dict[str, dict[str, float | None]]:
+        y = np.exp(self._reg(_design(x[None, :])[0]))
+        nm = self._n_metrics
+        table: dict[str, dict[str, float | None]] = {}
+        for i, mode in enumerate(self.modes):
+            row: dict[str, float | None] = {}
+            for j, metric in enumerate(self.metrics):
+                v = float(y[i * nm + j])
+                row[metric] = v if math.isfinite(v) else None
+            row.update(self._const_rows[i])
+            if any(v is not None for v in row.values()):
+                table[mode] = row
+        return table
+
+    def fast_mode(self, inputs: Inputs) -> str:
+        """The classifier's answer for the default objective: no ranking, no table. For hot loops."""
+        feats, _ = self.features_of(inputs)
+        x, _ = self.spec.vectorize(feats, self._shape)
+        proba = self._clf(_design(x[None, :])[0])
+        return self._classes[int(np.argmax(proba))]
+
+    def recommend(
+        self, inputs: Inputs, objective: Objective | str | None = None, *, source: FeatureSource | None = None
+    ) -> Recommendation:
+        """The best mode for ``inputs`` under ``objective`` (default: the model's default objective)."""
+        t0 = time.perf_counter()
+        obj = self._objective(objective)
+        feats, src = self.features_of(inputs)
+        x, imputed = self.spec.vectorize(feats, self._shape)
+        table = self._table(x)
+        missing = obj.required_metrics() - set(self.metrics) - set(self.constants)
+        if obj.metric in missing:
+            raise ObjectiveError(
+                f"model {self.model_id} has no {obj.metric} (it knows: "
+                f"{', '.join(self.metrics + self.constants)})"
+            )
+        cv = self.model.noise_cv.get(obj.metric)
+        noise = {
+            m: (None if cv is None or row.get(obj.metric) is None else cv * abs(row[obj.metric] or 0.0))
+            for m, row in table.items()
+        }
+        ranking = rank(table, noise, obj, self.default_mode)
+        best = ranking.best
+        assert best is not None
+        warnings = list(self.match.warnings)
+        notes = list(ranking.notes)
+        if missing:
+            warnings.append("the model cannot check " + ", ".join(sorted(missing)))
+        if self._shape_warning:
+            warnings.append(self._shape_warning)
+        if self.card.synthetic:
+            warnings.append("this model was trained on SYNTHETIC data: its numbers are not measurements")
+
+        clf_mode: str | None = None
+        agrees: bool | None = None
+        if obj == self.default_objective or obj.is_plain(self.default_objective.metric):
+            proba = self._clf(_design(x[None, :])[0])
+            clf_mode = self._classes[int(np.argmax(proba))]
+            agrees = clf_mode == best or clf_mode in ranking.ties
+            if not agrees:
+                notes.append(
+                    f"the fast-path classifier says {clf_mode}; the per-mode predictions say {best}, "
+                    "and they decide"
+                )
+
+        dist = self.spec.distance(x, self._train_z) if self._train_z.size else 0.0
+        spacing = self.spec.nn_dist_median
+        ratio = dist / spacing if spacing > 0 else None
+        oor = self.spec.out_of_range(x)
+        conf = self._confidence(
+            ranking.margin_sigma,
+            ranking.runner_up,
+            dist,
+            ratio,
+            oor,
+            imputed,
+            best,
+            ranking.constraints_met,
+            agrees,
+            src,
+        )
+        if not conf.in_distribution:
+            warnings.append(
+                "the input is outside what was profiled ("
+                + (
+                    "; ".join([f"out of range: {', '.join(oor)}"] if oor else [])
+                    or f"{dist:.2f} from the nearest profiled workload, {ratio or 0:.1f}× the usual spacing"
+                )
+                + "): treat the answer as a guess and profile this traffic"
+            )
+
+        chosen_score = ranking.scores[best].score
+        default_score = (
+            ranking.scores[self.default_mode].score if self.default_mode in ranking.scores else None
+        )
+        gain = relative_gain(chosen_score, default_score, obj.metric)
+        preds = [
+            ModePrediction(
+                mode=m,
+                metrics=table.get(m, {}),
+                objective_value=s.value,
+                score=s.score,
+                noise=s.noise,
+                status=s.status,
+                violations=s.violations,
+                tied=m in ranking.ties,
+            )
+            for m in ranking.order
+            if (s := ranking.scores[m]) is not None
+        ]
+        mode_enum = parse_mode(best)
+        cc = compilation_config(mode_enum)
+        return Recommendation(
+            mode=best,
+            compilation_config=cc,
+            vllm_args=["--compilation-config", cc],
+            objective=obj,
+            objective_description=obj.describe(),
+            predicted_value=ranking.scores[best].value,
+            default_mode=self.default_mode,
+            gain_vs_default_pct=gain,
+            gain_significant=self.default_mode not in ranking.ties and best != self.default_mode,
+            ties=ranking.ties,
+            constraints_met=ranking.constraints_met,
+            predictions=preds,
+            classifier_mode=clf_mode,
+            classifier_agrees=agrees,
+            confidence=conf,
+            features={k: feats.get(k) for k in ObservedFeatures.model_fields},
+            features_source=source or src,
+            model_id=self.model_id,
+            fingerprint_keys=self.card.fingerprint_keys,
+            fingerprint_match=self.match.kind,
+            synthetic_model=self.card.synthetic,
+            warnings=warnings,
+            notes=notes,
+            elapsed_ms=(time.perf_counter() - t0) * 1e3,
+        )
+
+    def _objective(self, objective: Objective | str | None) -> Objective:
+        if objective is None:
+            return self.default_objective
+        if isinstance(objective, Objective):
+            return objective
+        return make_objective(objective)
+
+    def _confidence(
+        self,
+        margin: float | None,
+        runner: str | None,
+        dist: float,
+        ratio: float | None,
+        oor: list[str],
+        imputed: list[str],
+        best: str,
+        constraints_met: bool,
+        agrees: bool | None,
+        src: FeatureSource,
+    ) -> Confidence:
+        low, medium = [], []
+        if oor:
+            low.append(f"features outside the profiled range: {', '.join(oor)}")
+        if ratio is not None and ratio > FAR_RATIO:
+            low.append(f"far from every profiled workload ({ratio:.1f}× the usual spacing)")
+        elif ratio is not None and ratio > NEAR_RATIO:
+            medium.append(f"between profiled workloads ({ratio:.1f}× the usual spacing)")
+        if self._shape_warning and "unlike" in self._shape_warning:
+            low.append("model shape unlike the trained ones")
+        if self.match.kind == "nearest":
+            medium.append("the model's fingerprint is not the target's")
+        if not constraints_met:
+            low.append("constraints not met by any mode")
+        if imputed:
+            (low if len(imputed) > 2 else medium).append(f"features imputed: {', '.join(imputed)}")
+        if agrees is False:
+            medium.append("classifier and regressors disagree")
+        if margin is not None and 0 <= margin < TIE_Z and best != self.default_mode:
+            medium.append(f"runner-up {runner} is within {TIE_Z:g} noise standard deviations")
+        if self.card.synthetic:
+            low.append("synthetic training data")
+        if src == "description":
+            medium.append("features derived from a description, not observed")
+        level: ConfidenceLevel = "low" if low else "medium" if medium else "high"
+        in_dist = not oor and (ratio is None or ratio <= FAR_RATIO)
+        return Confidence(
+            level=level,
+            margin_sigma=None if margin is None or not math.isfinite(margin) else margin,
+            runner_up=runner,
+            distance=dist,
+            distance_ratio=ratio,
+            in_distribution=in_dist,
+            out_of_range=oor,
+            imputed=imputed,
+            reasons=low + medium,
+        )
+
+
+def recommendation_json(rec: Recommendation) -> str:
+    return json.dumps(rec.model_dump(mode="json"), indent=2)
+
+
+def mode_of(rec: Recommendation) -> CudaGraphMode:
+    return parse_mode(rec.mode)

@@ -1,0 +1,355 @@
+"""``graphmode train``: dataset → cross-validated, saved model folder (artifact + card + CV + dataset copy).
+
+Steps: read the ok rows; aggregate them (:mod:`~graphmode.selector.aggregate`); leave-one-workload-out
+CV of every candidate regressor and classifier, which picks the kinds (regressors: lowest log-RMSE;
+classifiers: best agreement with the regressors; :mod:`~graphmode.selector.evaluate`) unless given;
+fit the chosen kinds on all data; check the description formulas against the profiled workloads
+(:mod:`~graphmode.selector.describe`); save.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from graphmode.errors import DatasetError, ModelError, ObjectiveError
+from graphmode.modes import DEFAULT_MODE
+from graphmode.profiling.dataset import ProfileStore
+from graphmode.selector.aggregate import TrainingSet, build_training_set
+from graphmode.selector.artifacts import save_artifact
+from graphmode.selector.card import (
+    ARTIFACT_FILE,
+    CV_FILE,
+    DATASET_FILE,
+    CVReport,
+    DatasetInfo,
+    DescribeCheck,
+    LibraryVersions,
+    MetricInfo,
+    ModelCard,
+)
+from graphmode.selector.describe import CALIBRATED, CHECKED, WorkloadDescription, describe_features
+from graphmode.selector.estimators import ClassifierKind, RegressorKind
+from graphmode.selector.evaluate import DEFAULT_EVAL_METRICS, cross_validate
+from graphmode.selector.model import SelectorModel, _design, fit_model
+from graphmode.selector.objective import METRICS, Objective, rank
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class TrainResult:
+    model_id: str
+    out_dir: Path
+    card: ModelCard
+    report: CVReport
+    model: SelectorModel
+    training_set: TrainingSet
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-") or "x"
+
+
+def derive_model_id(ts: TrainingSet) -> str:
+    """``<gpu>-vllm<version>-<key>``: the registry folder of the (GPU, vLLM, model shape) fingerprint."""
+    import hashlib
+
+    fp = ts.fingerprints[0]
+    keys = sorted({f.key() for f in ts.fingerprints})
+    key = keys[0] if len(keys) == 1 else hashlib.sha256("|".join(keys).encode()).hexdigest()[:12]
+    return f"{_slug(fp.gpu_name or 'nogpu')}-vllm{_slug(fp.vllm_version or 'unknown')}-{key}"
+
+
+def load_rows(dataset: Path) -> tuple[list[dict[str, object]], int]:
+    with ProfileStore(dataset, readonly=True) as store:
+        return store.rows(status="ok"), store.count()
+
+
+def train(
+    dataset: Path | str,
+    out_dir: Path | str | None = None,
+    *,
+    models_dir: Path | str | None = None,
+    objective: Objective | None = None,
+    regressor: RegressorKind | Literal["auto"] = "auto",
+    classifier: ClassifierKind | Literal["auto"] = "auto",
+    fingerprint_key: str | None = None,
+    profile_key: str | None = None,
+    eval_metrics: Sequence[str] = DEFAULT_EVAL_METRICS,
+    copy_dataset: bool = True,
+    random_state: int = 0,
+    progress: Progress | None = None,
+) -> TrainResult:
+    """Train a model on ``dataset`` and save it to ``out_dir`` (default: ``models_dir/<derived id>``)."""
+    say = progress or (lambda _m: None)
+    dataset = Path(dataset)
+    rows, total = load_rows(dataset)
+    ts = build_training_set(
+        rows, fingerprint_key=fingerprint_key, profile_key=profile_key, n_rows_total=total
+    )
+    objective = objective or Objective()
+    if objective.metric not in ts.metrics:
+        raise ObjectiveError(
+            f"the default objective's metric {objective.metric} was never measured in "
+            f"{dataset} (measured: {', '.join(ts.metrics)}); pass another --objective"
+        )
+    evaluated = [Objective(metric=m) for m in eval_metrics if m in ts.metrics and m != objective.metric]
+    say(
+        f"{ts.n_rows} ok rows, {len(ts.units)} workloads × {len(ts.modes)} modes "
+        f"({', '.join(ts.modes)}); {len(ts.shape_keys)} model shape(s)"
+    )
+    t0 = time.perf_counter()
+    report = cross_validate(
+        ts,
+        default_objective=objective,
+        objectives=evaluated,
+        chosen_regressor=None if regressor == "auto" else regressor,
+        chosen_classifier=None if classifier == "auto" else classifier,
+        random_state=random_state,
+    )
+    say(f"cross-validation: {report.folds} folds in {time.perf_counter() - t0:.1f} s")
+    model = fit_model(
+        ts,
+        objective=objective,
+        regressor_kind=report.chosen_regressor,  # type: ignore[arg-type]
+        classifier_kind=report.chosen_classifier,  # type: ignore[arg-type]
+        random_state=random_state,
+    )
+    checks = describe_checks(ts, model)
+    notes = list(ts.notes)
+    agree = training_agreement(ts, model, objective)
+    if agree is not None:
+        notes.append(
+            f"classifier agrees with the per-mode predictions on {agree[0]}/{agree[1]} training "
+            "workloads (same mode or tied)"
+        )
+    if len(ts.groups) < 4:
+        notes.append(f"only {len(ts.groups)} workloads: the model is little more than a lookup; profile more")
+    if len(ts.modes) < 2:
+        notes.append(
+            f"only {len(ts.modes)} mode(s) in the data ({', '.join(ts.modes)}): no real choice to make"
+        )
+
+    model_id = derive_model_id(ts)
+    if out_dir is None:
+        root = Path(models_dir) if models_dir is not None else _default_models_dir()
+        out = root / model_id
+    else:
+        out = Path(out_dir)
+        if not re.fullmatch(r"[A-Za-z0-9_.\-+]+", out.name) or out.name in (".", ".."):
+            raise ModelError(
+                f"--out {out}: the folder name is the model id and may hold only letters, digits and . _ - +"
+            )
+        model_id = out.name
+    out.mkdir(parents=True, exist_ok=True)
+    ds_file: str | None = None
+    if copy_dataset:
+        target = out / DATASET_FILE
+        if dataset.resolve() != target.resolve():
+            copy_sqlite(dataset, target, profile_key=profile_key)
+        ds_file = DATASET_FILE
+    info = save_artifact(model.artifact(), out / ARTIFACT_FILE)
+    card = build_card(
+        ts,
+        model,
+        report,
+        objective,
+        evaluated,
+        model_id=model_id,
+        source=dataset,
+        dataset_file=ds_file,
+        checks=checks,
+        notes=notes,
+        artifact=info,
+    )
+    (out / CV_FILE).write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    card.save(out)
+    say(f"saved {out}")
+    return TrainResult(model_id=model_id, out_dir=out, card=card, report=report, model=model, training_set=ts)
+
+
+def _default_models_dir() -> Path:
+    from graphmode.settings import load_settings
+
+    return load_settings().selector.models_dir
+
+
+def copy_sqlite(src: Path, dst: Path, *, profile_key: str | None = None) -> None:
+    """A consistent copy of a (possibly live) dataset, optionally keeping one profile key's rows only."""
+    tmp = dst.with_suffix(".sqlite.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        with sqlite3.connect(f"file:{src}?mode=ro", uri=True) as s, sqlite3.connect(tmp) as d:
+            s.backup(d)
+            if profile_key:
+                d.execute("DELETE FROM cells WHERE profile_key != ?", (profile_key,))
+                d.commit()
+        with sqlite3.connect(tmp) as d:
+            d.execute("PRAGMA journal_mode=DELETE")
+            d.execute("VACUUM")
+    except sqlite3.Error as exc:
+        tmp.unlink(missing_ok=True)
+        raise DatasetError(f"cannot copy {src} to {dst}: {exc}") from exc
+    tmp.replace(dst)
+
+
+def training_agreement(ts: TrainingSet, model: SelectorModel, objective: Objective) -> tuple[int, int] | None:
+    X = model.train_x
+    if not X.shape[0]:
+        return None
+    tables = model.tables(X)
+    clf = model.classify(X)
+    n = ok = 0
+    for table, c in zip(tables, clf, strict=True):
+        if not table:
+            continue
+        try:
+            r = rank(table, model.noise_for(table, objective.metric), objective, model.default_mode)
+        except ObjectiveError:
+            continue
+        n += 1
+        ok += c == r.best or c in r.ties
+    return ok, n
+
+
+def describe_checks(ts: TrainingSet, model: SelectorModel) -> list[DescribeCheck]:
+    """Described vs observed features over the profiled workloads; the calibration factors."""
+    e2e_col = model.metrics.index("e2e_p50") if "e2e_p50" in model.metrics else None
+    predict = model.regressor.compile()
+
+    def e2e_of_shape(shape: dict[str, object]) -> Callable[[dict[str, float | None]], float | None] | None:
+        if e2e_col is None:
+            return None
+
+        def f(feats: dict[str, float | None]) -> float | None:
+            x, _ = model.spec.vectorize(feats, shape)
+            vals = predict(_design(x[None, :])[0])[e2e_col :: len(model.metrics)]
+            vals = vals[np.isfinite(vals)]
+            return float(np.exp(vals.mean())) if vals.size else None
+
+        return f
+
+    pairs: dict[str, list[tuple[float, float]]] = {k: [] for k in CHECKED}
+    for unit in ts.units:
+        desc = WorkloadDescription.from_spec(unit.spec)
+        if desc is None:
+            continue
+        d = describe_features(desc, e2e_of_shape(unit.shape)).__dict__
+        for k in CHECKED:
+            obs, got = unit.features.get(k), d.get(k)
+            if obs is not None and got is not None and obs > 0 and got > 0:
+                pairs[k].append((float(obs), float(got)))
+    out = []
+    for k, ps in pairs.items():
+        if not ps:
+            continue
+        o_arr = np.array([p[0] for p in ps])
+        g_arr = np.array([p[1] for p in ps])
+        calib = float(np.clip(np.median(o_arr / g_arr), 0.25, 4.0)) if k in CALIBRATED else 1.0
+        raw_err = float(np.median(np.abs(np.log(o_arr / g_arr))))
+        cal_err = float(np.median(np.abs(np.log(o_arr / (g_arr * calib)))))
+        out.append(
+            DescribeCheck(
+                feature=k,
+                calibration=calib,
+                median_abs_log_err_raw=raw_err,
+                median_abs_log_err_calibrated=cal_err,
+                n=len(ps),
+            )
+        )
+    return out
+
+
+def build_card(
+    ts: TrainingSet,
+    model: SelectorModel,
+    report: CVReport,
+    objective: Objective,
+    evaluated: list[Objective],
+    *,
+    model_id: str,
+    source: Path,
+    dataset_file: str | None,
+    checks: list[DescribeCheck],
+    notes: list[str],
+    artifact: object,
+) -> ModelCard:
+    from graphmode.selector.card import ArtifactInfo
+
+    assert isinstance(artifact, ArtifactInfo)
+    reps = ts.count[ts.count > 0]
+    metrics = {}
+    for name in ts.metrics + ts.constants:
+        d = METRICS[name]
+        if name in ts.metrics:
+            cells = int((ts.count[:, :, ts.metrics.index(name)] > 0).sum())
+        else:
+            cells = int((ts.const_count[:, :, ts.constants.index(name)] > 0).sum())
+        metrics[name] = MetricInfo(
+            name=name,
+            direction=d.direction,
+            unit=d.unit,
+            kind=d.kind,
+            description=d.description,
+            noise_cv=ts.noise_cv.get(name, 0.0),
+            noise_source=ts.noise_source.get(name, ""),
+            measured_cells=cells,
+        )
+    fp0 = ts.fingerprints[0]
+    return ModelCard(
+        model_id=model_id,
+        created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        synthetic=ts.synthetic,
+        gpu_name=fp0.gpu_name,
+        vllm_version=fp0.vllm_version,
+        fingerprints=ts.fingerprints,
+        fingerprint_keys=sorted({f.key() for f in ts.fingerprints}),
+        shapes=[ts.shapes[k] for k in ts.shape_keys],
+        dataset=DatasetInfo(
+            file=dataset_file,
+            source=str(source),
+            rows_sha256=ts.data_sha256,
+            rows_used=ts.n_rows,
+            rows_total=ts.n_rows_total,
+            n_workloads=len(ts.units),
+            workloads=sorted({u.workload for u in ts.units}),
+            modes=ts.modes,
+            repeats_min=int(reps.min()) if reps.size else 0,
+            repeats_max=int(reps.max()) if reps.size else 0,
+            synthetic=ts.synthetic,
+        ),
+        versions=LibraryVersions.current(),
+        features=model.spec,
+        modes=model.modes,
+        default_mode=DEFAULT_MODE.value,
+        workload_metrics=model.metrics,
+        constant_metrics=model.constants,
+        metrics=metrics,
+        default_objective=objective,
+        evaluated_objectives=evaluated,
+        regressor_kind=report.chosen_regressor,
+        classifier_kind=report.chosen_classifier,
+        classifier_classes=model.classes,
+        cv=report,
+        describe=checks,
+        artifacts={ARTIFACT_FILE: artifact},
+        notes=notes,
+    )
+
+
+def ensure_trainable(dataset: Path) -> None:
+    """Raise a clear error early when ``dataset`` has no ok rows."""
+    rows, _ = load_rows(dataset)
+    if not rows:
+        raise DatasetError(f"{dataset} has no ok rows to train on")
+
+
+__all__ = ["ModelError", "TrainResult", "copy_sqlite", "derive_model_id", "train"]

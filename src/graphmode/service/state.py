@@ -1,0 +1,136 @@
+"""What the service holds between requests: the loaded models (one immutable snapshot, swapped whole on
+reload), the background jobs and the metrics.
+
+Models are loaded at start-up (the app's lifespan) and by ``POST /v1/reload`` or a finished retrain job;
+never per request. A reload builds a complete new :class:`LoadedModels` off to the side and then replaces
+the reference in one assignment, so a request sees either the old set or the new one, never a mix; a
+failed reload leaves the old set in place.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from graphmode.errors import GraphmodeError, ModelError
+from graphmode.profiling.records import Fingerprint
+from graphmode.selector.objective import Objective
+from graphmode.selector.recommend import Recommender
+from graphmode.selector.registry import list_models
+from graphmode.service.jobs import JobRegistry
+from graphmode.service.metrics import ServiceMetrics
+from graphmode.settings import Settings
+
+if TYPE_CHECKING:
+    from graphmode.service.schemas import ObjectiveIn
+
+log = logging.getLogger("graphmode.service")
+OBJECTIVE_CACHE_SIZE = 256
+
+
+@dataclass(frozen=True)
+class LoadedModels:
+    """Every model of the registry that could be loaded, and which one answers by default."""
+
+    models_dir: Path
+    default: Recommender | None
+    by_id: dict[str, Recommender]
+    broken: dict[str, str]  # model id -> why it could not be loaded
+    loaded_at: float | None
+    load_error: str | None = None
+
+    @classmethod
+    def empty(cls, models_dir: Path, error: str | None = None) -> LoadedModels:
+        return cls(models_dir, None, {}, {}, None, error)
+
+
+def load_models(models_dir: Path, model_id: str | None, target: Fingerprint | None) -> LoadedModels:
+    """Load the default model (``model_id`` or the registry's best match for ``target``) and every other
+    readable model under ``models_dir``.
+
+    Raises :class:`ModelError` when ``model_id`` is given and cannot be loaded; with no ``model_id`` and no
+    usable model, returns an empty set that says why.
+    """
+    try:
+        default = Recommender.load(models_dir, model_id, target=target)
+    except ModelError as exc:
+        if model_id:
+            raise
+        return LoadedModels.empty(models_dir, str(exc))
+    by_id = {default.model_id: default}
+    broken: dict[str, str] = {}
+    for entry in list_models(models_dir):
+        if entry.model_id in by_id:
+            continue
+        if entry.card is None:
+            broken[entry.model_id] = entry.error or "unreadable card"
+            continue
+        try:
+            by_id[entry.model_id] = Recommender.from_dir(entry.folder, target=target)
+        except GraphmodeError as exc:
+            broken[entry.model_id] = str(exc)
+            log.warning("model %s not loaded: %s", entry.model_id, exc)
+    return LoadedModels(models_dir, default, by_id, broken, time.time())
+
+
+@dataclass
+class ServiceState:
+    """Everything a request handler may need; lives in ``app.state.service``."""
+
+    settings: Settings
+    models_dir: Path
+    model_id: str | None
+    metrics: ServiceMetrics
+    jobs: JobRegistry
+    target: Fingerprint | None = None
+    retrain_fn: Callable[..., Any] | None = None
+    started_at: float = field(default_factory=time.time)
+    models: LoadedModels = field(init=False)
+    _reload_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _objectives: dict[tuple[Any, ...], Objective] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.models = LoadedModels.empty(self.models_dir, "not loaded yet")
+
+    def reload(self) -> tuple[LoadedModels, LoadedModels]:
+        """Load the registry afresh and swap it in; returns (old, new). Raises ModelError and keeps the
+        old set when an explicitly configured model cannot be loaded."""
+        with self._reload_lock:
+            old = self.models
+            try:
+                new = load_models(self.models_dir, self.model_id, self.target)
+            except GraphmodeError:
+                self.metrics.reloads.labels(result="error").inc()
+                raise
+            self.models = new  # the swap: one reference assignment
+            self.metrics.reloads.labels(result="ok").inc()
+            self.metrics.set_models(new)
+            if new.default is not None:
+                log.info(
+                    "models loaded from %s: default %s, %d loaded, %d broken",
+                    self.models_dir,
+                    new.default.model_id,
+                    len(new.by_id),
+                    len(new.broken),
+                )
+            else:
+                log.warning("no model loaded from %s: %s", self.models_dir, new.load_error)
+            return old, new
+
+    def objective(self, spec: ObjectiveIn, rec: Recommender) -> Objective | None:
+        """The objective a request asks for (None: the model's default); built objectives are cached."""
+        if spec.is_default():
+            return None
+        key = (rec.default_objective.metric, *spec.cache_key())
+        obj = self._objectives.get(key)
+        if obj is None:
+            obj = spec.build(rec.default_objective.metric)
+            if len(self._objectives) >= OBJECTIVE_CACHE_SIZE:
+                self._objectives.clear()
+            self._objectives[key] = obj
+        return obj

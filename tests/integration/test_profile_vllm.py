@@ -1,0 +1,117 @@
+"""The profiler against a real vLLM (CPU build): rows, observed features, a server killed mid-run, resume.
+
+One module, three vLLM starts: a clean run, a run whose server is killed with SIGKILL after its first new
+row, and a --resume run that finishes what the killed one left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from graphmode.profiling.dataset import ProfileStore
+from tests.integration.vllm_cpu import FIXTURES, free_port, graphmode_cli, vllm_args, vllm_command
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1500)]
+GRID = FIXTURES / "grid-cpu.yaml"
+
+
+def profile_argv(dataset: Path, logs: Path, port: int, *extra: str) -> list[str]:
+    return [*graphmode_cli(), "profile", "--grid", str(GRID), "--vllm-cmd", vllm_command(),
+            "--dataset", str(dataset), "--modes", "NONE", "--port", str(port), "--log-dir", str(logs),
+            "--startup-timeout", "600", *extra, "--", *vllm_args()]
+
+
+def ok_rows(dataset: Path) -> list[dict[str, object]]:
+    if not dataset.exists():
+        return []
+    with ProfileStore(dataset, readonly=True) as store:
+        return store.rows(status="ok")
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("profile-vllm")
+
+
+@pytest.fixture(scope="module")
+def first_run(workdir: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
+    dataset = workdir / "profile.sqlite"
+    argv = profile_argv(dataset, workdir / "logs", free_port(), "--workloads", "smooth-prefill,bursty-decode")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+    return proc, dataset
+
+
+def test_profile_rows_land_with_sane_latencies(first_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    proc, dataset = first_run
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = ok_rows(dataset)
+    assert sorted(r["workload"] for r in rows) == ["bursty-decode", "smooth-prefill"]
+    for r in rows:
+        assert r["mode"] == "NONE" and r["n_err"] == 0 and r["n_ok"] == r["n_sent"]
+        assert 0 < r["ttft_p50"] < 5 and 0 < r["itl_p50"] < 1 and r["e2e_p50"] >= r["ttft_p50"]
+        assert r["output_tok_s"] > 0 and r["startup_s"] > 0
+        assert r["fp_vllm_version"], "vLLM version missing from the fingerprint"
+        assert r["fp_gpu_name"] is None, "no GPU here: GPU fields must be null, not faked"
+        assert r["effective_mode"] == "NONE"
+
+
+def test_observed_features_match_the_load_sent(first_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    _, dataset = first_run
+    for r in ok_rows(dataset):
+        sent_ratio = r["sent_input_tokens_mean"] / r["sent_output_tokens_mean"]
+        assert r["obs_arrival_rate"] == pytest.approx(r["sent_rate"], rel=0.20), r["workload"]
+        assert r["obs_prefill_decode_ratio"] == pytest.approx(sent_ratio, rel=0.10), r["workload"]
+        assert r["obs_batch_mean"] is not None and r["obs_batch_mean"] >= 0
+        assert r["obs_mean_output_tokens"] == pytest.approx(r["sent_output_tokens_mean"], rel=0.10)
+
+
+def _vllm_pid(port: int) -> int | None:
+    out = subprocess.run(["pgrep", "-f", f"api_server --model .*--port {port}"], capture_output=True, text=True)
+    pids = [int(p) for p in out.stdout.split()]
+    return min(pids) if pids else None
+
+
+def test_kill_mid_run_keeps_rows_and_resume_finishes(
+    first_run: tuple[subprocess.CompletedProcess[str], Path], workdir: Path
+) -> None:
+    _, dataset = first_run
+    before = len(ok_rows(dataset))
+    port = free_port()
+    argv = profile_argv(dataset, workdir / "logs", port, "--repeats", "2", "--resume")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while len(ok_rows(dataset)) < before + 1:
+            assert proc.poll() is None, f"profile ended before the kill: {proc.stdout.read() if proc.stdout else ''}"
+            assert time.monotonic() < deadline, "no new row within 600 s"
+            time.sleep(1)
+        pid = _vllm_pid(port)
+        assert pid is not None, "could not find the vLLM server process"
+        os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, out  # some cells failed
+    with ProfileStore(dataset, readonly=True) as store:
+        rows = store.rows()
+    ok = [r for r in rows if r["status"] == "ok"]
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert len(ok) >= before + 1, "rows written before the kill were lost"
+    assert failed, "the killed server's remaining cells were not recorded as failed"
+    assert all("SIGKILL" in (r["reason"] or "") or "died" in (r["reason"] or "") for r in failed), failed[0]["reason"]
+    assert "last log lines" in (failed[0]["reason"] or "")
+
+    resumed = subprocess.run(profile_argv(dataset, workdir / "logs", free_port(), "--repeats", "2", "--resume"),
+                             capture_output=True, text=True, timeout=900, check=False)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    done = {(r["workload"], r["repeat"]) for r in ok_rows(dataset)}
+    expected = {(w, rep) for w in ("smooth-prefill", "bursty-decode", "balanced") for rep in (0, 1)}
+    assert done == expected
+    assert len(ok_rows(dataset)) == len(expected), "resume re-ran cells that were already done"

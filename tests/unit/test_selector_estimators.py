@@ -1,0 +1,108 @@
+"""Estimator contracts (scikit-learn's check_estimator), NaN-holed targets, and the compiled fast paths."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.dummy import DummyClassifier
+from sklearn.utils.estimator_checks import check_estimator
+
+from graphmode.selector.estimators import (
+    CLASSIFIER_KINDS,
+    REGRESSOR_KINDS,
+    ColumnwiseRegressor,
+    compile_classifier,
+    make_classifier,
+)
+
+
+@pytest.mark.parametrize("kind", ["ridge", "knn", "extra_trees"])
+def test_check_estimator(kind: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = check_estimator(ColumnwiseRegressor(kind=kind, n_estimators=10), on_fail=None)  # type: ignore[arg-type]
+    failed = [(r["check_name"], str(r["exception"])[:300]) for r in results if r["status"] == "failed"]
+    assert not failed
+
+
+def test_init_stores_params_and_learned_state_ends_in_underscore() -> None:
+    params = {
+        "kind": "knn",
+        "alphas": (0.1, 1.0),
+        "n_neighbors": 2,
+        "n_estimators": 7,
+        "random_state": 3,
+        "allow_nan_targets": True,
+    }
+    est = ColumnwiseRegressor(**params)  # type: ignore[arg-type]
+    assert est.get_params() == params
+    assert set(inspect.signature(ColumnwiseRegressor.__init__).parameters) - {"self"} == set(params)
+    before = set(vars(est))
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(12, 3)), rng.normal(size=(12, 2))
+    assert est.fit(X, y) is est
+    learned = set(vars(est)) - before
+    assert learned and all(name.endswith("_") and not name.startswith("_") for name in learned)
+    assert est.get_params() == params  # fit changed no parameter
+    assert clone(est).get_params() == params
+
+
+def test_fit_validates_inputs() -> None:
+    est = ColumnwiseRegressor()
+    with pytest.raises(ValueError, match="requires y"):
+        est.fit(np.zeros((3, 2)), None)
+    with pytest.raises(ValueError):
+        est.fit(np.array([[1.0, np.nan]]), np.array([1.0]))
+    with pytest.raises(ValueError, match="NaN"):
+        est.fit(np.ones((3, 2)), np.array([1.0, np.nan, 2.0]))
+    with pytest.raises(ValueError, match="rows"):
+        est.fit(np.ones((3, 2)), np.ones(4))
+    with pytest.raises(ValueError, match="kind"):
+        ColumnwiseRegressor(kind="magic").fit(np.ones((3, 1)), np.ones(3))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", REGRESSOR_KINDS)
+def test_nan_holes_and_compiled_predictor(kind: str) -> None:
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(25, 4))
+    Y = np.column_stack([X @ rng.normal(size=4) for _ in range(3)])
+    Y[[2, 5], 0] = np.nan  # a mode that failed on two workloads
+    Y[:, 2] = np.nan  # a metric never measured
+    est = ColumnwiseRegressor(kind=kind, allow_nan_targets=True, n_estimators=20).fit(X, Y)
+    pred = est.predict(X)
+    assert pred.shape == (25, 3)
+    assert np.isfinite(pred[:, :2]).all() and np.isnan(pred[:, 2]).all()
+    assert est.n_fit_.tolist() == [23, 25, 0]
+    f = est.compile()
+    np.testing.assert_allclose(np.array([f(x) for x in X[:5]]), pred[:5], equal_nan=True, rtol=1e-9)
+    if kind == "ridge":  # a linear signal is recovered
+        assert np.corrcoef(pred[:, 1], Y[:, 1])[0, 1] > 0.99
+
+
+def test_single_output_predicts_1d() -> None:
+    X = np.arange(10.0).reshape(-1, 1)
+    est = ColumnwiseRegressor().fit(X, 2 * X.ravel() + 1)
+    assert est.predict(X).shape == (10,)
+    np.testing.assert_allclose(est.predict(X), 2 * X.ravel() + 1, rtol=0.05)
+
+
+@pytest.mark.parametrize("kind", CLASSIFIER_KINDS)
+def test_compiled_classifier_matches_sklearn(kind: str) -> None:
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(40, 5))
+    y = np.array(["FULL", "NONE", "PIECEWISE"])[(X[:, 0] > 0).astype(int) + (X[:, 1] > 1).astype(int)]
+    clf = make_classifier(kind, len(set(y)), 0).fit(X, y)
+    f = compile_classifier(clf)
+    for x in rng.normal(size=(30, 5)):
+        np.testing.assert_allclose(f(x), clf.predict_proba(x[None, :])[0], atol=1e-12)
+
+
+def test_single_class_gets_a_constant_classifier() -> None:
+    clf = make_classifier("extra_trees", 1)
+    assert isinstance(clf, DummyClassifier)
+    clf.fit(np.zeros((3, 1)), np.array(["NONE"] * 3))
+    assert compile_classifier(clf)(np.zeros(1)).tolist() == [1.0]
