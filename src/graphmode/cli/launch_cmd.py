@@ -107,11 +107,14 @@ def register(app: typer.Typer) -> None:
         model_id: Annotated[str | None, typer.Option("--model-id", help="Selector model to use.")] = None,
         vllm_cmd: Annotated[str | None, typer.Option(
             "--vllm-cmd", help="Command prefix that starts vLLM (default: settings.vllm.command).")] = None,
-        force: Annotated[bool, typer.Option("--force", help="Override a cudagraph_mode the user passed.")] = False,
+        force: Annotated[bool, typer.Option(
+            "--force", help="Override a cudagraph_mode the user passed.")] = False,
         ignore_state: Annotated[bool, typer.Option(
             "--ignore-state", help="Do not use features persisted by `watch`.")] = False,
-        dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the vLLM command; start nothing.")] = False,
-        as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: print the decision as JSON.")] = False,
+        dry_run: Annotated[bool, typer.Option(
+            "--dry-run", help="Print the vLLM command; start nothing.")] = False,
+        as_json: Annotated[bool, typer.Option(
+            "--json", help="With --dry-run: print the decision as JSON.")] = False,
         no_exec: Annotated[bool, typer.Option(
             "--no-exec", help="Run vLLM as a child (signals forwarded) instead of exec'ing it.")] = False,
     ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from graphmode import __version__
-from graphmode.cli import launch_cmd, profile_cmd, recommend_cmd, train_cmd
+from graphmode.cli import launch_cmd, profile_cmd, recommend_cmd, serve_cmd, train_cmd, watch_cmd
 
 app = typer.Typer(
     name="graphmode",
@@ -18,6 +18,8 @@ profile_cmd.register(app)
 train_cmd.register(app)
 recommend_cmd.register(app)
 launch_cmd.register(app)
+watch_cmd.register(app)
+serve_cmd.register(app)
 
 
 def _version(value: bool) -> None:

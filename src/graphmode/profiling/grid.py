@@ -87,7 +87,7 @@ class _Matrix(BaseModel):
     rate: list[float] = Field(min_length=1)
     burstiness: list[float] = Field(default_factory=lambda: [1.0], min_length=1)
     shape: list[_Shape] = Field(min_length=1)
-    max_concurrency: list[int | None] = Field(default_factory=lambda: [None], min_length=1)
+    max_concurrency: list[int | None] = Field(default_factory=lambda: [None], min_length=1)  # type: ignore[arg-type]
 
 
 class Grid(BaseModel):

@@ -31,8 +31,8 @@ from graphmode.profiling.gpu import MemorySampler, gpu_facts
 from graphmode.profiling.grid import Workload
 from graphmode.profiling.loadgen import run_load
 from graphmode.profiling.metrics import MetricsSnapshot, parse_metrics
-from graphmode.profiling.records import CellRecord, Fingerprint, StartupInfo
-from graphmode.profiling.stats import aggregate
+from graphmode.profiling.records import CellRecord, CellStatus, Fingerprint, StartupInfo
+from graphmode.profiling.stats import RequestResult, aggregate
 from graphmode.vllm_args import compilation_config_of, without_flags
 
 DEFAULT_VOCAB = 1000  # safe for any real tokenizer when config.json is not readable
@@ -159,7 +159,7 @@ class Profiler:
             self.reporter.mode_started(mode, startup)
             fingerprint.vllm_version = startup.vllm_version
             served = _served_model(server) or server.served_model_name() or ""
-            vocab = int(self.shape.get("vocab_size") or DEFAULT_VOCAB)  # type: ignore[call-overload]
+            vocab = int(self.shape.get("vocab_size") or DEFAULT_VOCAB)
             for i, (workload, repeat) in enumerate(cells):
                 self.reporter.cell_starting(mode, workload, repeat)
                 try:
@@ -207,20 +207,20 @@ class Profiler:
         latency.sent_rate = len(measured) / workload.duration_s
         window = [s for s in snapshots if t_measure <= s.t <= t_end]
         features = compute_features(window)
-        status: str = "ok"
+        status: CellStatus = "ok"
         reason = None
         if latency.n_ok == 0:
             status, reason = "failed", f"no request succeeded: {latency.first_error}"
         return CellRecord(
             run_id=self.run_id, profile_key=self.key, mode=mode.value, workload=workload.name,
-            workload_spec=workload.spec(), repeat=repeat, status=status,  # type: ignore[arg-type]
+            workload_spec=workload.spec(), repeat=repeat, status=status,
             reason=reason, started_at=started, finished_at=time.time(), features=features,
             latency=latency, startup=startup, fingerprint=fingerprint,
             gpu_mem_used_gib_max=mem_max, gpu_mem_used_gib_mean=mem_mean,
         )
 
     async def _drive(self, server: VllmServer, served: str, vocab: int, workload: Workload,
-                     repeat: int) -> tuple[list, list[MetricsSnapshot], float, float]:  # type: ignore[type-arg]
+                     repeat: int) -> tuple[list[RequestResult], list[MetricsSnapshot], float, float]:
         c = self.config
         total_s = workload.warmup_s + workload.duration_s
         plans = plan_requests(workload.model_copy(update={"duration_s": total_s}), vocab, repeat)
@@ -231,7 +231,7 @@ class Profiler:
 
         async def scrape_loop() -> None:
             async with httpx.AsyncClient(timeout=httpx.Timeout(c.connect_timeout_s, read=10.0)) as client:
-                # One sample before the window and one after, so both ends of the window have data.
+                # Runs until just past the window's end so the last sample brackets it.
                 while not stop.is_set():
                     with contextlib.suppress(httpx.HTTPError, ScrapeError):
                         resp = await client.get(server.base_url + "/metrics")

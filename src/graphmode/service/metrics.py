@@ -49,7 +49,10 @@ class ServiceMetrics:
             registry=r,
         )
         self.recommendations = Counter(
-            "graphmode_recommendations", "Recommendations answered", ["mode", "model_id", "source"], registry=r
+            "graphmode_recommendations",
+            "Recommendations answered",
+            ["mode", "model_id", "source"],
+            registry=r,
         )
         self.compute = Histogram(
             "graphmode_recommend_compute_seconds",

@@ -219,7 +219,7 @@ class RecommendRequest(_Strict):
         if self.server_url is None:
             extra = sorted({"window_s", "interval_s"} & self.model_fields_set)
             if extra:
-                raise ValueError(f"{', '.join(extra)} only apply with server_url")
+                raise ValueError(f"{' and '.join(extra)}: only with server_url")
         elif self.interval_s > self.window_s:
             raise ValueError("interval_s must not exceed window_s")
         return self
@@ -446,7 +446,7 @@ class JobStatus(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str
-    kind: Literal["retrain"]
+    kind: str = Field(description="retrain")
     status: JobState
     created_at: float
     started_at: float | None = None

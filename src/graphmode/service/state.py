@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphmode.errors import GraphmodeError, ModelError
 from graphmode.profiling.records import Fingerprint
+from graphmode.selector.describe import WorkloadDescription
 from graphmode.selector.objective import Objective
 from graphmode.selector.recommend import Recommender
 from graphmode.selector.registry import list_models
@@ -62,6 +63,7 @@ def load_models(models_dir: Path, model_id: str | None, target: Fingerprint | No
         if model_id:
             raise
         return LoadedModels.empty(models_dir, str(exc))
+    _warm_up(default)
     by_id = {default.model_id: default}
     broken: dict[str, str] = {}
     for entry in list_models(models_dir):
@@ -71,11 +73,21 @@ def load_models(models_dir: Path, model_id: str | None, target: Fingerprint | No
             broken[entry.model_id] = entry.error or "unreadable card"
             continue
         try:
-            by_id[entry.model_id] = Recommender.from_dir(entry.folder, target=target)
+            rec = Recommender.from_dir(entry.folder, target=target)
+            _warm_up(rec)
+            by_id[entry.model_id] = rec
         except GraphmodeError as exc:
             broken[entry.model_id] = str(exc)
             log.warning("model %s not loaded: %s", entry.model_id, exc)
     return LoadedModels(models_dir, default, by_id, broken, time.time())
+
+
+def _warm_up(rec: Recommender) -> None:
+    """One answer at load time, so the first request does not pay numpy's and pydantic's first-call costs."""
+    try:
+        rec.recommend(WorkloadDescription(rate=1.0, input_tokens=256, output_tokens=128)).model_dump_json()
+    except GraphmodeError as exc:
+        log.warning("model %s: warm-up answer failed: %s", rec.model_id, exc)
 
 
 @dataclass

@@ -1,0 +1,155 @@
+"""The application factory: ``create_app(settings)`` → a FastAPI app with its models loaded in the lifespan.
+
+::
+
+    uvicorn.run(create_app(load_settings()), host="127.0.0.1", port=8080)
+    # or: uvicorn --factory graphmode.service.app:app_from_env
+
+Endpoints: ``POST /v1/recommend``; ``GET /v1/models``, ``GET /v1/models/{id}``; ``POST /v1/reload``,
+``POST /v1/retrain``, ``GET|DELETE /v1/jobs/{id}``, ``GET /v1/jobs`` (bearer token); ``GET /healthz``;
+``GET /metrics``; OpenAPI at ``/docs`` and ``/openapi.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from graphmode import __version__
+from graphmode.errors import GraphmodeError
+from graphmode.profiling.records import Fingerprint
+from graphmode.service.jobs import JobRegistry
+from graphmode.service.metrics import ServiceMetrics
+from graphmode.service.middleware import BodyLimitMiddleware, MetricsMiddleware
+from graphmode.service.routers import health, jobs, models
+from graphmode.service.routers import recommend as recommend_router
+from graphmode.service.state import ServiceState
+from graphmode.settings import Settings, load_settings
+
+log = logging.getLogger("graphmode.service")
+JOB_LOCK_FILE = ".graphmode-job.lock"
+
+DESCRIPTION = """
+Recommends the vLLM CUDA Graph mode (`--compilation-config '{"cudagraph_mode": ...}'`) that suits a
+deployment's traffic, from observed features, a workload description or a live server's `/metrics`.
+
+Reading endpoints are open; `reload`, `retrain` and `jobs` need `Authorization: Bearer <token>`
+(`GRAPHMODE_SERVICE__TOKEN`) and are disabled (403) when no token is configured.
+"""
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    models_dir: Path | None = None,
+    model_id: str | None = None,
+    target: Fingerprint | Literal["detect"] | None = "detect",
+    retrain_fn: Callable[..., Any] | None = None,
+    recommend_in_threadpool: bool = False,
+) -> FastAPI:
+    """A ready-to-serve app. Models load when the app starts (its lifespan), not here.
+
+    ``models_dir``/``model_id`` default to ``settings.selector``; ``target`` is the fingerprint models
+    are matched against ("detect": this host's GPU via NVML, if any); ``retrain_fn`` replaces
+    ``graphmode.selector.retrain`` (tests); ``recommend_in_threadpool`` registers a sync recommend
+    endpoint instead of the async one (benchmark comparison only).
+    """
+    s = settings or load_settings()
+    metrics = ServiceMetrics()
+    root = Path(models_dir or s.selector.models_dir)
+    state = ServiceState(
+        settings=s,
+        models_dir=root,
+        model_id=model_id if model_id is not None else s.selector.model_id,
+        metrics=metrics,
+        jobs=JobRegistry(lock_path=root / JOB_LOCK_FILE, metrics=metrics),
+        target=None if target == "detect" else target,
+        retrain_fn=retrain_fn,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if target == "detect":
+            from graphmode.selector.registry import target_fingerprint
+
+            state.target = await run_in_threadpool(target_fingerprint)
+        await run_in_threadpool(state.reload)  # an explicit model_id that cannot load fails start-up
+        if s.service.token is None:
+            log.warning("no service token configured: reload, retrain and jobs are disabled (403)")
+        yield
+        state.jobs.shutdown()
+
+    app = FastAPI(
+        title="graphmode",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url="/docs",
+        openapi_url="/openapi.json",
+        redoc_url=None,
+    )
+    app.state.service = state
+    app.include_router(recommend_router.build_router(threadpool=recommend_in_threadpool))
+    app.include_router(models.router)
+    app.include_router(jobs.router)
+    app.include_router(health.router)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": validation_details(exc.errors())}, status_code=422)
+
+    @app.exception_handler(GraphmodeError)
+    async def graphmode_error(request: Request, exc: GraphmodeError) -> JSONResponse:
+        log.error("%s %s: %s", request.method, request.url.path, exc)
+        return JSONResponse({"detail": str(exc)}, status_code=500)
+
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=s.service.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts 413s too
+    return app
+
+
+def _json_safe(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # NaN / inf: JSON has no spelling for them
+    if isinstance(value, str) and len(value) > 200:
+        return value[:200] + "…"
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return _OMIT
+
+
+_OMIT = object()
+
+
+def validation_details(errors: Sequence[object]) -> list[dict[str, object]]:
+    """FastAPI's 422 details, made JSON-safe: ``loc``, ``msg``, ``type`` and a scalar ``input`` (NaN and
+    inf as strings; FastAPI's default handler would fail to encode them and answer 500)."""
+    out: list[dict[str, object]] = []
+    for err in errors:
+        if not isinstance(err, dict):
+            continue
+        item: dict[str, object] = {
+            "loc": [p if isinstance(p, str | int) else str(p) for p in err.get("loc", ())],
+            "msg": str(err.get("msg", "")),
+            "type": str(err.get("type", "")),
+        }
+        value = _json_safe(err.get("input"))
+        if value is not _OMIT:
+            item["input"] = value
+        out.append(item)
+    return out
+
+
+def app_from_env() -> FastAPI:
+    """For ``uvicorn --factory graphmode.service.app:app_from_env`` (and ``--workers N``): settings from
+    ``GRAPHMODE_*`` environment variables."""
+    return create_app(load_settings())

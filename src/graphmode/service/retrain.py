@@ -1,0 +1,169 @@
+"""``POST /v1/retrain``: turn a request into a :class:`ProfileConfig` (validated before the job is
+accepted) and a job that runs ``graphmode.selector.retrain`` (profile, resuming, then train), reports
+progress, and reloads the service's models when it succeeds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from graphmode.errors import ConfigError, GraphmodeError
+from graphmode.modes import CudaGraphMode
+from graphmode.profiling.grid import Workload, load_grid
+from graphmode.profiling.records import CellRecord, StartupInfo
+from graphmode.profiling.runner import ProfileConfig
+from graphmode.service.jobs import JobContext, Work
+from graphmode.service.schemas import JobResult, ProfileOutcome, RetrainRequest
+from graphmode.settings import Settings
+from graphmode.vllm_args import model_arg
+
+if TYPE_CHECKING:
+    from graphmode.selector.retrain import RetrainResult
+    from graphmode.service.state import ServiceState
+
+RetrainFn = Callable[..., "RetrainResult"]
+
+
+class RequestFieldError(ConfigError):
+    """A request that validates as JSON but cannot be carried out; names the field (HTTP 422)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def plan(req: RetrainRequest, settings: Settings) -> ProfileConfig:
+    """The profile to run; :class:`RequestFieldError` names what is wrong."""
+    command = req.command(settings.vllm.argv())
+    if not command:
+        raise RequestFieldError("vllm_command", "the vLLM command is empty")
+    if model_arg(command, req.vllm_args) is None:
+        raise RequestFieldError("vllm_args", 'no model in the vLLM args: give e.g. ["--model", "/path/to/model"]')
+    if req.grid is not None:
+        grid = req.grid
+    else:
+        try:
+            grid = load_grid(Path(req.grid_path) if req.grid_path else settings.profile.grid)
+        except GraphmodeError as exc:
+            raise RequestFieldError("grid_path", str(exc)) from None
+    try:
+        workloads = grid.select(list(req.workloads or []))
+    except GraphmodeError as exc:
+        raise RequestFieldError("workloads", str(exc)) from None
+    return ProfileConfig(
+        command=command,
+        vllm_args=list(req.vllm_args),
+        modes=list(dict.fromkeys(req.modes or list(CudaGraphMode))),
+        workloads=workloads,
+        dataset=settings.profile.dataset,  # retrain() puts it under models_dir/_profiles/<key>.sqlite
+        log_dir=settings.profile.log_dir,
+        host=settings.vllm.host,
+        port=req.port or settings.vllm.port,
+        resume=req.resume,
+        repeats=req.repeats,
+        scrape_interval_s=settings.profile.scrape_interval_s,
+        startup_timeout_s=settings.vllm.startup_timeout_s,
+        stop_timeout_s=settings.vllm.stop_timeout_s,
+        connect_timeout_s=settings.vllm.connect_timeout_s,
+        read_timeout_s=settings.vllm.read_timeout_s,
+    )
+
+
+def planned_cells(config: ProfileConfig) -> int:
+    per_mode = sum(config.repeats if config.repeats is not None else w.repeats for w in config.workloads)
+    return per_mode * len(config.modes)
+
+
+class JobReporter:
+    """The profiler's :class:`~graphmode.profiling.runner.Reporter`, feeding the job's progress; it is
+    also where a cancel takes effect (before a mode's server starts, before each cell)."""
+
+    def __init__(self, ctx: JobContext) -> None:
+        self.ctx = ctx
+
+    def mode_starting(self, mode: CudaGraphMode, pending: int) -> None:
+        self.ctx.check_cancelled()
+        self.ctx.current(f"{mode.value}: starting vLLM ({pending} cells)")
+        self.ctx.note(f"{mode.value}: starting vLLM for {pending} cells")
+
+    def mode_started(self, mode: CudaGraphMode, startup: StartupInfo) -> None:
+        took = f" in {startup.startup_s:.0f} s" if startup.startup_s else ""
+        self.ctx.note(f"{mode.value}: vLLM started{took}")
+
+    def cell_starting(self, mode: CudaGraphMode, workload: Workload, repeat: int) -> None:
+        self.ctx.check_cancelled()
+        self.ctx.current(f"{mode.value} · {workload.name} #{repeat}")
+
+    def cell_finished(self, record: CellRecord) -> None:
+        self.ctx.cell_done(record.status == "ok")
+        if record.status != "ok":
+            first = (record.reason or "").splitlines()[0] if record.reason else ""
+            self.ctx.note(f"FAILED {record.mode}/{record.workload}#{record.repeat}: {first}")
+
+
+def default_retrain(config: ProfileConfig, **kwargs: Any) -> RetrainResult:
+    # Looked up at call time, so tests (and embedders) can replace graphmode.selector.retrain.
+    import graphmode.selector as selector
+
+    result: RetrainResult = selector.retrain(config, **kwargs)
+    return result
+
+
+def make_work(config: ProfileConfig, req: RetrainRequest, state: ServiceState) -> Work:
+    settings = state.settings
+    objective = (
+        req.objective.build(settings.selector.objective)
+        if req.objective is not None and not req.objective.is_default()
+        else None
+    )
+    retrain_fn: RetrainFn = state.retrain_fn or default_retrain
+
+    def work(ctx: JobContext) -> JobResult:
+        n_modes, n_workloads = len(config.modes), len(config.workloads)
+        ctx.phase("profiling", f"profiling {n_modes} modes × {n_workloads} workloads")
+
+        def progress(message: str) -> None:
+            ctx.check_cancelled()
+            ctx.phase("training", message)
+
+        result = retrain_fn(
+            config,
+            models_dir=state.models_dir,
+            resume=req.resume,
+            objective=objective,
+            regressor=req.regressor,
+            classifier=req.classifier,
+            reporter=JobReporter(ctx),
+            progress=progress,
+        )
+        summary = result.profile
+        cv = result.train.card.cv.summaries
+        out = JobResult(
+            model_id=result.train.model_id,
+            model_dir=str(result.train.out_dir),
+            dataset=str(result.dataset),
+            profile=ProfileOutcome(
+                run_id=summary.run_id,
+                profile_key=summary.profile_key,
+                ok=summary.ok,
+                failed=summary.failed,
+                skipped=summary.skipped,
+                engine_starts=summary.engine_starts,
+                wall_s=summary.wall_s,
+                failures=[f.splitlines()[0] for f in summary.failures[:20]],
+            ),
+            cv_mean_regret_pct=cv[0].mean_regret_pct if cv else None,
+        )
+        if req.reload:
+            ctx.phase("reloading", "reloading the service's models")
+            try:
+                state.reload()
+                out.reloaded = True
+            except GraphmodeError as exc:
+                out.reload_error = str(exc)
+                ctx.note(f"reload failed: {exc}")
+        ctx.note(f"trained {out.model_id}")
+        return out
+
+    return work

@@ -1,0 +1,214 @@
+"""``launch`` and ``watch`` against real vLLM CPU servers.
+
+Needs ``GRAPHMODE_TEST_VLLM_PYTHON`` (the interpreter of a venv with vLLM). Each server start takes ~1 min
+on 2 cores, so the module starts as few as it can. On CPU vLLM accepts ``cudagraph_mode`` but captures no
+graphs: that the flag reached vLLM is checked on its "non-default args" log line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "tests" / "fixtures" / "tiny-llama"
+VLLM_PY = os.environ.get("GRAPHMODE_TEST_VLLM_PYTHON")
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(not VLLM_PY, reason="GRAPHMODE_TEST_VLLM_PYTHON is not set (path to a python with vLLM)"),
+]
+SERVE_ARGS = ["--model", str(TINY), "--load-format", "dummy", "--skip-tokenizer-init", "--max-model-len", "1024",
+              "--gpu-memory-utilization", "0.05"]
+START_TIMEOUT = 400.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def vllm_cmd() -> list[str]:
+    assert VLLM_PY
+    return [VLLM_PY, "-m", "vllm.entrypoints.openai.api_server"]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes] | None, timeout: float = START_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process exited {proc.returncode} before /health")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"{url} not healthy in {timeout} s")
+
+
+def complete(url: str, max_tokens: int = 8, timeout: float = 120) -> httpx.Response:
+    return httpx.post(url + "/v1/completions", timeout=timeout,
+                      json={"model": str(TINY), "prompt": [1, 2, 3, 4, 5, 6, 7, 8], "max_tokens": max_tokens,
+                            "ignore_eos": True})
+
+
+def requested_mode(log: str) -> str | None:
+    m = re.findall(r"non-default args: .*'cudagraph_mode': <CUDAGraphMode\.(\w+)", log)
+    return m[-1] if m else None
+
+
+class _FakeService(BaseHTTPRequestHandler):
+    answer = "PIECEWISE"
+    bodies: list[dict[str, object]] = []  # noqa: RUF012 (test double)
+
+    def do_POST(self) -> None:
+        n = int(self.headers.get("content-length") or 0)
+        type(self).bodies.append(json.loads(self.rfile.read(n)))
+        out = json.dumps({"mode": self.answer, "compilation_config": {"cudagraph_mode": self.answer}}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_service() -> Iterator[str]:
+    srv = HTTPServer(("127.0.0.1", 0), _FakeService)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def test_launch_execs_vllm_with_the_chosen_mode(tmp_path: Path, fake_service: str) -> None:
+    port = free_port()
+    log = tmp_path / "launch.log"
+    gm = Path(sys.executable).parent / "graphmode"
+    argv = [str(gm), "launch", "--selector-url", fake_service, "--rate", "4", "--input-tokens", "64",
+            "--output-tokens", "16", "--models-dir", str(tmp_path / "none"), "--state-dir", str(tmp_path),
+            "--vllm-cmd", " ".join(vllm_cmd()), "--", *SERVE_ARGS, "--port", str(port),
+            "--compilation-config", '{"cudagraph_num_of_warmups": 1}']
+    with log.open("wb") as f:
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+        r = complete(f"http://127.0.0.1:{port}")
+        assert r.status_code == 200, r.text
+        text = log.read_text(errors="replace")
+        assert "source remote, basis workload" in text
+        assert requested_mode(text) == "PIECEWISE"  # the flag reached vLLM
+        assert "'cudagraph_num_of_warmups': 1" in text  # the user's other key was kept
+        assert _FakeService.bodies[-1]["workload"] == {"rate": 4.0, "burstiness": 1.0, "input_tokens": 64.0,
+                                                       "output_tokens": 16.0}
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+def test_watch_switches_rolls_back_and_completes_inflight(tmp_path: Path) -> None:
+    """Managed blue-green: injected features shift → switch NONE→PIECEWISE while requests flow through the
+    proxy (all complete); then a switch whose command has a bad flag rolls back, the old server serving."""
+    import asyncio
+
+    import uvicorn
+
+    from graphmode.control.controller import Controller, ManagedExecutor
+    from graphmode.control.policy import Advice, Policy, PolicyConfig
+    from graphmode.control.proxy import Proxy
+    from graphmode.modes import CudaGraphMode
+    from graphmode.profiling.records import ObservedFeatures
+
+    def advisor(f: ObservedFeatures) -> Advice:
+        best = "PIECEWISE" if (f.arrival_rate or 0) > 10 else "NONE"
+        return Advice(best=best, scores={"NONE": 0.010, "PIECEWISE": 0.010 if best == "NONE" else 0.007})
+
+    async def scenario() -> None:
+        proxy = Proxy()
+        ex = ManagedExecutor(vllm_cmd(), SERVE_ARGS, proxy=proxy, log_dir=tmp_path / "logs",
+                             startup_timeout_s=START_TIMEOUT)
+        policy = Policy(PolicyConfig(min_dwell_s=0, cooldown_s=0, min_gain=0.05, confirmations=2,
+                                     lost_capacity=0.5))
+        ctl = Controller("it", ex, advisor, policy, state_dir=tmp_path / "state")
+        res = await ex.start_initial(CudaGraphMode.NONE)
+        assert res.ok, res.reason
+        ctl.adopt(res)
+        port = free_port()
+        srv = uvicorn.Server(uvicorn.Config(proxy.app, host="127.0.0.1", port=port, log_level="warning"))
+        task = asyncio.create_task(srv.serve())
+        public = f"http://127.0.0.1:{port}"
+        try:
+            while not srv.started:
+                await asyncio.sleep(0.05)
+            stop = threading.Event()
+            results: list[int] = []
+
+            def client() -> None:
+                while not stop.is_set():
+                    try:
+                        results.append(complete(public, max_tokens=16).status_code)
+                    except httpx.HTTPError:
+                        results.append(-1)
+
+            threads = [threading.Thread(target=client) for _ in range(2)]
+            for t in threads:
+                t.start()
+            ctl.injected = ObservedFeatures(arrival_rate=2.0)
+            assert (await ctl.step()).action == "stay"
+            ctl.injected = ObservedFeatures(arrival_rate=20.0)
+            assert (await ctl.step()).action == "hold"  # hysteresis: 1/2
+            d = await ctl.step()
+            assert d.action == "switch" and d.target == "PIECEWISE", d.line()
+            assert ex.mode == "PIECEWISE" and ctl.state.switches == 1
+            n_before = len(results)
+            await asyncio.sleep(3)
+            stop.set()
+            for t in threads:
+                await asyncio.to_thread(t.join, 180)
+            assert len(results) > n_before and results and all(c == 200 for c in results), results
+            logs = sorted((tmp_path / "logs").glob("vllm-2-PIECEWISE.log"))
+            assert requested_mode(logs[0].read_text(errors="replace")) == "PIECEWISE"
+            assert complete(public).status_code == 200  # the new server serves
+
+            # a broken command: vLLM rejects the flag, nothing changes, the reason is recorded
+            bad = await ctl.switch(CudaGraphMode.FULL, [*SERVE_ARGS, "--no-such-flag-graphmode"])
+            assert not bad.ok and "old one kept serving" in bad.reason
+            assert ex.mode == "PIECEWISE" and ctl.state.failed_switches == 1 and ctl.state.last_error
+            assert (await asyncio.to_thread(complete, public)).status_code == 200
+            api = ctl.api()
+            from starlette.testclient import TestClient
+
+            with TestClient(api) as tc:
+                body = tc.get("/v1/deployments/it").json()
+                assert body["serving_mode"] == "PIECEWISE" and body["policy"]["attempts"][-1]["ok"] is False
+                assert 'graphmode_watch_switches_total{deployment="it",result="ok"} 1.0' in tc.get(
+                    "/metrics").text
+        finally:
+            srv.should_exit = True
+            await task
+            await ex.stop()
+            await proxy.aclose()
+
+    asyncio.run(scenario())

@@ -1,0 +1,201 @@
+"""A whole profile run against ``bench/fake_vllm.py``, a stand-in for vLLM's OpenAI-compatible server.
+
+The Profiler starts the fake exactly as it would start vLLM (``ProfileConfig.command``), once per mode,
+drives streaming /v1/completions load at it while scraping its /metrics, and appends one row per cell.
+Environment variables make the fake fail at start-up or die mid-run for chosen modes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from graphmode.modes import CudaGraphMode
+from graphmode.profiling.dataset import ProfileStore
+from graphmode.profiling.grid import LengthDist, Workload
+from graphmode.profiling.records import CellRecord, StartupInfo
+from graphmode.profiling.runner import ProfileConfig, Profiler, ProfileSummary
+
+pytestmark = pytest.mark.timeout(90)
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE_VLLM = ROOT / "bench" / "fake_vllm.py"
+TINY_LLAMA = ROOT / "tests" / "fixtures" / "tiny-llama"
+
+NONE, PIECEWISE, FULL = CudaGraphMode.NONE, CudaGraphMode.PIECEWISE, CudaGraphMode.FULL
+
+PREFILL = Workload(name="tiny-prefill", rate=10, burstiness=1.0, input=LengthDist(mean=256, spread=0.2),
+                   output=LengthDist(mean=4), duration_s=2, warmup_s=0.5)
+DECODE = Workload(name="tiny-decode", rate=6, burstiness=0.5, input=LengthDist(mean=16),
+                  output=LengthDist(mean=32, spread=0.2), duration_s=2, warmup_s=0.5)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def mode_starting(self, mode: CudaGraphMode, pending: int) -> None:
+        self.events.append(("mode_starting", f"{mode.value}:{pending}"))
+
+    def mode_started(self, mode: CudaGraphMode, startup: StartupInfo) -> None:
+        self.events.append(("mode_started", mode.value))
+
+    def cell_starting(self, mode: CudaGraphMode, workload: Workload, repeat: int) -> None:
+        self.events.append(("cell_starting", f"{mode.value}/{workload.name}#{repeat}"))
+
+    def cell_finished(self, record: CellRecord) -> None:
+        self.events.append(("cell_finished", f"{record.mode}/{record.workload}#{record.repeat}:{record.status}"))
+
+
+def config(tmp_path: Path, modes: list[CudaGraphMode], **kw: object) -> ProfileConfig:
+    base: dict[str, object] = dict(
+        command=[sys.executable, str(FAKE_VLLM)], vllm_args=["--model", str(TINY_LLAMA), "--max-model-len", "2048"],
+        modes=modes, workloads=[PREFILL, DECODE], dataset=tmp_path / "profile.sqlite", log_dir=tmp_path / "logs",
+        port=free_port(), scrape_interval_s=0.25, startup_timeout_s=30.0, stop_timeout_s=5.0, drain_grace_s=5.0,
+        read_timeout_s=20.0,
+    )
+    base.update(kw)
+    return ProfileConfig(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[ProfileStore]:
+    with ProfileStore(tmp_path / "profile.sqlite") as s:
+        yield s
+
+
+def _by_mode(rows: list[dict[str, object]]) -> dict[str, list[dict[str, object]]]:
+    out: dict[str, list[dict[str, object]]] = {}
+    for r in rows:
+        out.setdefault(str(r["mode"]), []).append(r)
+    return out
+
+
+def test_fake_is_where_the_bench_expects_it() -> None:
+    assert FAKE_VLLM.is_file()
+
+
+def test_profile_two_modes_then_resume(tmp_path: Path, store: ProfileStore) -> None:
+    cfg = config(tmp_path, [NONE, FULL])
+    recorder = Recorder()
+    profiler = Profiler(cfg, store, recorder)
+    summary = profiler.run()
+
+    assert isinstance(summary, ProfileSummary)
+    assert (summary.ok, summary.failed, summary.skipped) == (4, 0, 0), summary.failures
+    assert summary.engine_starts == 2  # one start per mode, not per cell
+    assert set(summary.startup_s) == {"NONE", "FULL"}
+    assert all(v is not None and 0 < v < 30 for v in summary.startup_s.values())
+    assert summary.wall_s > 0 and summary.profile_key == profiler.key
+    assert [e for e in recorder.events if e[0].startswith("mode")] == [
+        ("mode_starting", "NONE:2"), ("mode_started", "NONE"), ("mode_starting", "FULL:2"), ("mode_started", "FULL")]
+    assert [e[1] for e in recorder.events if e[0] == "cell_finished"] == [
+        "NONE/tiny-prefill#0:ok", "NONE/tiny-decode#0:ok", "FULL/tiny-prefill#0:ok", "FULL/tiny-decode#0:ok"]
+
+    rows = store.rows()
+    assert len(rows) == 4
+    hashes = {PREFILL.name: PREFILL.spec_hash(), DECODE.name: DECODE.spec_hash()}
+    for row in rows:
+        assert row["status"] == "ok" and row["reason"] is None
+        assert row["run_id"] == summary.run_id and row["profile_key"] == profiler.key
+        assert row["workload_hash"] == hashes[row["workload"]]
+        assert json.loads(row["workload_spec"])["name"] == row["workload"]
+        assert row["n_ok"] > 0 and row["n_err"] == 0 and row["n_sent"] == row["n_ok"]
+        assert 0 < row["ttft_p50"] < 2 and 0 < row["itl_p50"] < 0.5 and row["e2e_p50"] > 0
+        assert row["output_tok_s"] > 0 and row["request_throughput"] > 0
+        # features from the fake's /metrics, scraped over the measured window
+        assert row["obs_n_samples"] >= 3
+        assert row["obs_generation_tokens_rate"] > 0 and row["obs_prompt_tokens_rate"] > 0
+        assert row["obs_completion_rate"] > 0 and row["obs_iter_tokens_mean"] > 0
+        assert row["obs_batch_mean"] is not None and row["obs_kv_usage_mean"] is not None
+        # start-up and fingerprint
+        assert row["startup_s"] == summary.startup_s[row["mode"]]
+        assert row["requested_mode"] == row["mode"]
+        assert row["fp_vllm_version"] == "0.0.0+fake"
+        assert row["fp_model_architecture"] == "LlamaForCausalLM"
+        assert "--max-model-len" in json.loads(row["fp_vllm_args"])
+    by = {(r["mode"], r["workload"]): r for r in rows}
+    prefill, decode = by[("FULL", "tiny-prefill")], by[("FULL", "tiny-decode")]
+    assert prefill["sent_input_tokens_mean"] > 150 and prefill["sent_output_tokens_mean"] == 4
+    assert decode["sent_input_tokens_mean"] == 16 and decode["sent_output_tokens_mean"] > 20
+    assert prefill["obs_prefill_decode_ratio"] > decode["obs_prefill_decode_ratio"]
+    assert prefill["capture_s"] == 2.0 and prefill["graph_gib"] == 0.38 and prefill["effective_mode"] == "FULL"
+    assert by[("NONE", "tiny-prefill")]["capture_s"] is None
+    assert by[("NONE", "tiny-prefill")]["effective_mode"] == "NONE"
+    logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    assert logs == [f"{summary.run_id}-FULL.log", f"{summary.run_id}-NONE.log"]
+
+    # --resume: nothing left to do, no engine is started, no row is added
+    again = Profiler(dataclasses.replace(cfg, resume=True), store, Recorder())
+    assert again.key == profiler.key
+    assert all(not cells for cells in again.pending().values())
+    resumed = again.run()
+    assert (resumed.ok, resumed.failed, resumed.skipped, resumed.engine_starts) == (0, 0, 4, 0)
+    assert store.count() == 4
+
+    # a new mode, more repeats or a changed workload spec are pending; what was measured is not
+    more = Profiler(dataclasses.replace(cfg, resume=True, modes=[NONE, FULL, PIECEWISE], repeats=2), store)
+    pending = {m.value: [(w.name, r) for w, r in cells] for m, cells in more.pending().items()}
+    assert pending == {
+        "NONE": [("tiny-prefill", 1), ("tiny-decode", 1)],
+        "FULL": [("tiny-prefill", 1), ("tiny-decode", 1)],
+        "PIECEWISE": [("tiny-prefill", 0), ("tiny-prefill", 1), ("tiny-decode", 0), ("tiny-decode", 1)],
+    }
+    faster = PREFILL.model_copy(update={"rate": 11.0})
+    changed = Profiler(dataclasses.replace(cfg, resume=True, workloads=[faster, DECODE]), store)
+    assert {m.value: [w.name for w, _ in c] for m, c in changed.pending().items()} == {
+        "NONE": ["tiny-prefill"], "FULL": ["tiny-prefill"]}
+    # other vLLM args make another profile key: nothing of it is done
+    other = Profiler(dataclasses.replace(cfg, resume=True, vllm_args=[*cfg.vllm_args, "--max-num-seqs", "8"]),
+                     store)
+    assert other.key != profiler.key
+    assert sum(len(c) for c in other.pending().values()) == 4
+
+
+def test_failures_fail_the_mode_and_the_run_goes_on(tmp_path: Path, store: ProfileStore) -> None:
+    env = {"FAKE_VLLM_FAIL_AT_START": "NONE", "FAKE_VLLM_EXIT_AFTER": "4", "FAKE_VLLM_EXIT_MODE": "PIECEWISE"}
+    cfg = config(tmp_path, [NONE, PIECEWISE, FULL], env=env)
+    recorder = Recorder()
+    summary = Profiler(cfg, store, recorder).run()
+
+    assert summary.engine_starts == 3
+    assert (summary.ok, summary.failed, summary.skipped) == (2, 4, 0)
+    assert summary.startup_s["NONE"] is None and summary.startup_s["FULL"] is not None
+    assert any(f.startswith("NONE: ") and "before it became healthy" in f for f in summary.failures)
+    assert any(f.startswith("PIECEWISE: ") and "while serving" in f for f in summary.failures)
+    assert ("mode_started", "NONE") not in recorder.events
+
+    rows = _by_mode(store.rows())
+    assert [r["status"] for r in rows["FULL"]] == ["ok", "ok"]
+    # start-up failure: every cell of the mode failed, with the exit status and the root cause
+    assert [r["workload"] for r in rows["NONE"]] == ["tiny-prefill", "tiny-decode"]
+    for r in rows["NONE"]:
+        assert r["status"] == "failed"
+        reason = str(r["reason"])
+        assert "vLLM exited with status 1 before it became healthy" in reason
+        assert "ValueError: fake vLLM refuses cudagraph_mode NONE" in reason
+    # death mid-run: the cell in flight and the rest of the mode failed, with the reason
+    assert [r["workload"] for r in rows["PIECEWISE"]] == ["tiny-prefill", "tiny-decode"]
+    for r in rows["PIECEWISE"]:
+        assert r["status"] == "failed"
+        reason = str(r["reason"])
+        assert "vLLM exited with status 3 while serving" in reason
+        assert "RuntimeError: fake engine core died" in reason
+        assert r["startup_s"] is not None  # it did start
+    assert rows["PIECEWISE"][0]["capture_s"] == 3.0
+
+    # failed cells stay pending for --resume; the ok ones do not
+    resume = Profiler(dataclasses.replace(cfg, resume=True, env={}), store)
+    assert {m.value: len(c) for m, c in resume.pending().items()} == {"NONE": 2, "PIECEWISE": 2, "FULL": 0}
