@@ -83,7 +83,8 @@ class Hist:
 
     def lines(self, name: str, labels: str) -> list[str]:
         out = [f"# HELP {name} fake vLLM histogram", f"# TYPE {name} histogram"]
-        out += [f'{name}_bucket{{{labels},le="{float(le)}"}} {float(c)}' for le, c in zip(self.buckets, self.counts)]
+        for le, c in zip(self.buckets, self.counts, strict=True):
+            out.append(f'{name}_bucket{{{labels},le="{float(le)}"}} {float(c)}')
         out.append(f'{name}_bucket{{{labels},le="+Inf"}} {float(self.count)}')
         out.append(f"{name}_count{{{labels}}} {float(self.count)}")
         out.append(f"{name}_sum{{{labels}}} {self.sum}")
@@ -190,7 +191,7 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "fake-vllm"
     state: Any = None  # set in main()
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # vLLM's access log is off in profiles too; keep the log readable
 
     def _json(self, code: int, obj: Any) -> None:
@@ -209,7 +210,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         s = self.state
         path = self.path.split("?", 1)[0]
         if path == "/health":
@@ -225,7 +226,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"detail": "Not Found"})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         s = self.state
         if self.path.split("?", 1)[0] != "/v1/completions":
             self._json(404, {"detail": "Not Found"})

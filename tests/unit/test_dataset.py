@@ -129,7 +129,7 @@ def test_readonly_missing_file(tmp_path: Path) -> None:
 def test_corrupt_file(tmp_path: Path, readonly: bool) -> None:
     path = tmp_path / "corrupt.sqlite"
     path.write_bytes(random.Random(1234).randbytes(8192))
-    with pytest.raises(DatasetError, match="corrupt.sqlite"):
+    with pytest.raises(DatasetError, match=r"corrupt\.sqlite"):
         ProfileStore(path, readonly=readonly)
 
 

@@ -234,7 +234,7 @@ def test_modes() -> None:
     assert parse_mode("full") is CudaGraphMode.FULL
     assert parse_mode(" Piecewise ") is CudaGraphMode.PIECEWISE
     assert parse_mode("CUDAGraphMode.FULL_DECODE_ONLY") is CudaGraphMode.FULL_DECODE_ONLY
-    with pytest.raises(ValueError, match="unknown cudagraph_mode 'HALF'.*FULL_AND_PIECEWISE"):
+    with pytest.raises(ValueError, match=r"unknown cudagraph_mode 'HALF'.*FULL_AND_PIECEWISE"):
         parse_mode("HALF")
     base = {"level": 3, "cudagraph_mode": "NONE"}
     assert json.loads(compilation_config(CudaGraphMode.FULL, base)) == {"level": 3, "cudagraph_mode": "FULL"}

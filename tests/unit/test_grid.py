@@ -227,20 +227,20 @@ def test_select() -> None:
 @pytest.mark.parametrize(
     ("text", "field", "words"),
     [
-        (f"workloads: [{{name: a, rate: -1, input: {{mean: 10}}, output: {{mean: 10}}}}]",
+        ("workloads: [{name: a, rate: -1, input: {mean: 10}, output: {mean: 10}}]",
          "workloads.0.rate", "greater than 0"),
         (f"workloads: [{ONE}, {{name: b, rate: 1, burstiness: 0, input: {{mean: 1}}, output: {{mean: 1}}}}]",
          "workloads.1.burstiness", "greater than 0"),
-        (f"workloads: [{{name: a, rate: 1, colour: red, input: {{mean: 10}}, output: {{mean: 10}}}}]",
+        ("workloads: [{name: a, rate: 1, colour: red, input: {mean: 10}, output: {mean: 10}}]",
          "workloads.0.colour", "Extra inputs"),
-        (f"workloads: [{{name: a, rate: 1, input: {{mean: 10, spread: 1.0}}, output: {{mean: 10}}}}]",
+        ("workloads: [{name: a, rate: 1, input: {mean: 10, spread: 1.0}, output: {mean: 10}}]",
          "workloads.0.input.spread", "less than 1"),
-        (f"workloads: [{{name: a, rate: 1, input: {{mean: 10}}, output: {{mean: 0}}}}]",
+        ("workloads: [{name: a, rate: 1, input: {mean: 10}, output: {mean: 0}}]",
          "workloads.0.output.mean", "greater than 0"),
-        (f"workloads: [{{name: a, rate: 1, input: {{mean: 10}}}}]", "workloads.0.output", "Field required"),
-        (f"workloads: [{{name: 'a b', rate: 1, input: {{mean: 10}}, output: {{mean: 10}}}}]",
+        ("workloads: [{name: a, rate: 1, input: {mean: 10}}]", "workloads.0.output", "Field required"),
+        ("workloads: [{name: 'a b', rate: 1, input: {mean: 10}, output: {mean: 10}}]",
          "workloads.0.name", "pattern"),
-        (f"workloads: [{{name: a, rate: 1, repeats: 0, input: {{mean: 1}}, output: {{mean: 1}}}}]",
+        ("workloads: [{name: a, rate: 1, repeats: 0, input: {mean: 1}, output: {mean: 1}}]",
          "workloads.0.repeats", "greater than or equal to 1"),
         (f"defaults: {{durration_s: 3}}\nworkloads: [{ONE}]", "workloads.0.durration_s", "Extra inputs"),
         (f"colour: red\nworkloads: [{ONE}]", "colour", "Extra inputs"),
@@ -291,11 +291,11 @@ def test_bad_toml(tmp_path: Path) -> None:
 
 
 def test_unreadable_files(tmp_path: Path) -> None:
-    with pytest.raises(GridError, match="cannot read grid file .*missing.yaml"):
+    with pytest.raises(GridError, match=r"cannot read grid file .*missing\.yaml"):
         load_grid(tmp_path / "missing.yaml")
     with pytest.raises(GridError, match="cannot read grid file"):
         load_grid(tmp_path)  # a directory
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(b"\xff\xfe\x00bad")
-    with pytest.raises(GridError, match="cannot read grid file .*binary.yaml.*UTF-8"):
+    with pytest.raises(GridError, match=r"cannot read grid file .*binary\.yaml.*UTF-8"):
         load_grid(binary)

@@ -14,12 +14,14 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from starlette.types import Receive, Scope, Send
 
 from graphmode.cli.serve_cmd import _is_loopback
 from graphmode.errors import EngineStartError
 from graphmode.modes import CudaGraphMode
 from graphmode.profiling.records import ObservedFeatures
 from graphmode.selector.objective import METRICS
+from graphmode.selector.recommend import Recommendation
 from graphmode.service.app import validation_details
 from graphmode.service.jobs import JobBusy, JobContext, JobRegistry
 from graphmode.service.metrics import ServiceMetrics
@@ -30,6 +32,7 @@ from graphmode.service.schemas import (
     JobResult,
     ObjectiveIn,
     RecommendRequest,
+    RecommendResponse,
     RetrainRequest,
     WorkloadIn,
 )
@@ -64,8 +67,11 @@ def test_request_inputs_are_the_selector_types() -> None:
         ({"workload": {**WORKLOAD, "concurrency": 0}}, ("workload", "concurrency"), "greater than 0"),
         ({"workload": WORKLOAD, "objective": {"metric": "p99"}}, ("objective", "metric"), "known:"),
         ({"workload": WORKLOAD, "objective": {"max_graph_gib": math.nan}}, ("objective", "max_graph_gib"), "finite"),
-        ({"workload": WORKLOAD, "objective": {"constraints": ["ttft_p99 <= 5 lightyears"]}},
-         ("objective", "constraints", 0), "unit"),
+        (
+            {"workload": WORKLOAD, "objective": {"constraints": ["ttft_p99 <= 5 lightyears"]}},
+            ("objective", "constraints", 0),
+            "unit",
+        ),
         ({"workload": WORKLOAD, "server_url": "http://x"}, (), "exactly one"),
         ({"server_url": "http://x:8000", "window_s": 0}, ("window_s",), "greater than 0"),
         ({"server_url": "http://x:8000", "window_s": 3600}, ("window_s",), "less than or equal"),
@@ -79,6 +85,15 @@ def test_recommend_request_rejects(body: dict[str, Any], loc: tuple[Any, ...], n
         RecommendRequest.model_validate(body)
     errs = _errors(exc)
     assert any(e_loc == loc and needle in msg for e_loc, msg in errs), errs
+
+
+def test_response_schema_is_the_recommendation() -> None:
+    """The endpoint serializes the selector's Recommendation as the RecommendResponse: same fields."""
+    assert set(RecommendResponse.model_fields) == set(Recommendation.model_fields)
+    assert {"mode", "compilation_config", "predictions", "confidence", "model_id"} <= set(
+        RecommendResponse.model_fields
+    )
+    assert "mode" not in RecommendRequest.model_fields and RecommendResponse is not RecommendRequest
 
 
 def test_unknown_metric_lists_the_known_ones() -> None:
@@ -107,9 +122,11 @@ def test_retrain_request_modes_and_command() -> None:
     )
     assert r.modes == [CudaGraphMode.FULL, CudaGraphMode.PIECEWISE, CudaGraphMode.NONE]
     assert r.command(["vllm", "serve"]) == ["vllm", "serve"]
-    assert r.model_copy(update={"vllm_command": "/v/bin/python -m vllm.entrypoints.openai.api_server"}).command(
-        []
-    ) == ["/v/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert r.model_copy(update={"vllm_command": "/v/bin/python -m vllm.entrypoints.openai.api_server"}).command([]) == [
+        "/v/bin/python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+    ]
     with pytest.raises(ValidationError) as exc:
         RetrainRequest.model_validate({"modes": ["FULL", "WARP"]})
     assert _errors(exc)[0][0] == ("modes", 1) and "expected one of" in _errors(exc)[0][1]
@@ -246,7 +263,7 @@ def test_job_registry_keeps_the_last_jobs() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- middleware
-async def _echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+async def _echo_app(scope: Scope, receive: Receive, send: Send) -> None:
     body = b""
     while True:
         msg = await receive()
@@ -259,9 +276,7 @@ async def _echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 def _call(app: Any, chunks: list[bytes], headers: list[tuple[bytes, bytes]]) -> tuple[int, bytes, list[Any]]:
     sent: list[dict[str, Any]] = []
-    queue = [
-        {"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)
-    ]
+    queue = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
 
     async def receive() -> dict[str, Any]:
         return queue.pop(0) if queue else {"type": "http.disconnect"}

@@ -22,7 +22,8 @@ console = Console(stderr=True)
 def register(app: typer.Typer) -> None:
     @app.command(
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-        epilog="Managed mode: everything after -- goes to vLLM. Attached mode (--attach URL) only reports.",
+        epilog="Managed mode: everything after -- goes to vLLM. Attached mode (--attach URL) only reports, "
+               "unless --k8s-deployment names the Kubernetes Deployment to patch (then it switches).",
     )
     def watch(
         ctx: typer.Context,
@@ -32,6 +33,16 @@ def register(app: typer.Typer) -> None:
             "--attach", help="Observe a vLLM server graphmode does not run (implies --dry-run).")] = None,
         attach_mode: Annotated[str | None, typer.Option(
             "--attach-mode", help="The attached server's cudagraph_mode.")] = None,
+        k8s_deployment: Annotated[str | None, typer.Option(
+            "--k8s-deployment", envvar="GRAPHMODE_K8S_DEPLOYMENT",
+            help="With --attach: switch by patching this Deployment (NAMESPACE/NAME) from inside the "
+                 "cluster; needs get+patch on it.")] = None,
+        k8s_container: Annotated[str, typer.Option(
+            "--k8s-container", help="The vLLM container of --k8s-deployment whose args are patched.")]
+        = "vllm",
+        k8s_rollout_timeout: Annotated[float, typer.Option(
+            "--k8s-rollout-timeout", min=1,
+            help="Seconds a patched rollout may take before it is rolled back.")] = 1200.0,
         listen: Annotated[str, typer.Option("--listen", help="Managed: public HOST:PORT of the proxy.")]
         = "127.0.0.1:8000",
         strategy: Annotated[str, typer.Option(
@@ -67,7 +78,7 @@ def register(app: typer.Typer) -> None:
             asyncio.run(_watch(ctx.args, deployment_id, attach, attach_mode, listen, strategy, initial_mode,
                                api_host, api_port, interval, evaluate_every, confirmations, lost_capacity,
                                objective, constraint or [], selector_url, models_dir, model_id, state_dir,
-                               vllm_cmd, dry_run))
+                               vllm_cmd, dry_run, k8s_deployment, k8s_container, k8s_rollout_timeout))
 
 
 async def _watch(extra: list[str], deployment_id: str, attach: str | None, attach_mode: str | None,
@@ -75,7 +86,8 @@ async def _watch(extra: list[str], deployment_id: str, attach: str | None, attac
                  interval: float, evaluate_every: float, confirmations: int, lost_capacity: float | None,
                  objective: str | None, constraints: list[str], selector_url: str | None,
                  models_dir: Path | None, model_id: str | None, state_dir: Path | None,
-                 vllm_cmd: str | None, dry_run: bool) -> None:
+                 vllm_cmd: str | None, dry_run: bool, k8s_deployment: str | None = None,
+                 k8s_container: str = "vllm", k8s_rollout_timeout: float = 1200.0) -> None:
     import uvicorn
 
     from graphmode.control.choose import ObjectiveSpec
@@ -86,6 +98,7 @@ async def _watch(extra: list[str], deployment_id: str, attach: str | None, attac
         local_advisor,
         remote_advisor,
     )
+    from graphmode.control.k8s import K8sExecutor, KubeClient, parse_deployment_ref
     from graphmode.control.policy import Policy, PolicyConfig
     from graphmode.control.proxy import Proxy
     from graphmode.control.state import check_deployment_id
@@ -98,6 +111,11 @@ async def _watch(extra: list[str], deployment_id: str, attach: str | None, attac
     check_deployment_id(deployment_id)
     sdir = state_dir or s.control.state_dir
     args = extra[1:] if extra and extra[0] == "--" else list(extra)
+    if k8s_deployment and not attach:
+        raise ConfigError("--k8s-deployment needs --attach URL (the Service to scrape /metrics from)")
+    if k8s_deployment and args:
+        raise ConfigError("--k8s-deployment patches the Deployment's own args: give no vLLM args after --")
+    k8s_ref = parse_deployment_ref(k8s_deployment) if k8s_deployment else None
     spec = ObjectiveSpec(objective, tuple(constraints))
     obj = spec.build(s.selector.objective)
     local = None
@@ -114,8 +132,14 @@ async def _watch(extra: list[str], deployment_id: str, attach: str | None, attac
     policy = Policy(PolicyConfig.from_settings(s.control, confirmations=confirmations, lost_capacity=lost))
     proxy: Proxy | None = None
     servers: list[uvicorn.Server] = []
-    if attach:
-        executor: AttachedExecutor | ManagedExecutor = AttachedExecutor(attach, attach_mode)
+    executor: AttachedExecutor | ManagedExecutor | K8sExecutor
+    if attach and k8s_ref:
+        # the mode is read from the Deployment (load below), not from --attach-mode
+        executor = K8sExecutor(KubeClient(), *k8s_ref, k8s_container,
+                               metrics_url=attach, rollout_timeout_s=k8s_rollout_timeout,
+                               poll_s=min(5.0, interval))
+    elif attach:
+        executor = AttachedExecutor(attach, attach_mode)
         dry_run = True
     else:
         if not args:
@@ -140,6 +164,11 @@ async def _watch(extra: list[str], deployment_id: str, attach: str | None, attac
         assert proxy is not None
         servers.append(uvicorn.Server(uvicorn.Config(proxy.app, host=host or "127.0.0.1", port=int(port),
                                                      log_level="warning")))
+    if isinstance(executor, K8sExecutor):
+        res = await asyncio.to_thread(executor.load)  # fails fast on RBAC / a wrong name or container
+        console.print(f"watch: Deployment {executor.ref} container {k8s_container} serves {res.mode}"
+                      + (" (dry-run: it will not be patched)" if dry_run else ""))
+        ctl.adopt(res)
     servers.append(uvicorn.Server(uvicorn.Config(ctl.api(), host=api_host, port=api_port, log_level="warning")))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -156,6 +185,8 @@ async def _watch(extra: list[str], deployment_id: str, attach: str | None, attac
                 await t
         if isinstance(executor, ManagedExecutor):
             await executor.stop()
+        if isinstance(executor, K8sExecutor):
+            executor.close()
         if proxy is not None:
             await proxy.aclose()
         ctl.save()

@@ -12,6 +12,10 @@ Executors (how a switch happens):
   measured and stated. If the new server fails, the previous command is started again (restart) or
   simply kept (blue-green), and the reason recorded.
 * :class:`AttachedExecutor` — observe a server someone else runs; it can only report (dry-run).
+* :class:`~graphmode.control.k8s.K8sExecutor` — attached to a vLLM Deployment on Kubernetes
+  (``--attach URL --k8s-deployment NS/NAME``): a switch patches the container's args and Kubernetes rolls
+  the Deployment (the old pod serves until the new one is Ready); a rollout that fails or misses its
+  deadline is rolled back by patching the previous args back.
 """
 
 from __future__ import annotations

@@ -137,9 +137,13 @@ def validation_details(errors: Sequence[object]) -> list[dict[str, object]]:
     for err in errors:
         if not isinstance(err, dict):
             continue
+        msg = str(err.get("msg", ""))
+        ctx = err.get("ctx")
+        if err.get("type") == "json_invalid" and isinstance(ctx, dict) and isinstance(ctx.get("error"), str):
+            msg = f"{msg}: {ctx['error']}"
         item: dict[str, object] = {
             "loc": [p if isinstance(p, str | int) else str(p) for p in err.get("loc", ())],
-            "msg": str(err.get("msg", "")),
+            "msg": msg,
             "type": str(err.get("type", "")),
         }
         value = _json_safe(err.get("input"))

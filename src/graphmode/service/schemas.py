@@ -228,14 +228,13 @@ class RecommendRequest(_Strict):
 # ---------------------------------------------------------------------------------------------- outputs
 class RecommendResponse(Recommendation):
     """The answer: the mode, the ``--compilation-config`` JSON, per-mode predictions, gain vs vLLM's
-    default, confidence, the model that answered (id, fingerprint match) and warnings."""
+    default, confidence, the model that answered (id, fingerprint match) and warnings.
+
+    It adds no field to :class:`~graphmode.selector.recommend.Recommendation` (the endpoint serializes the
+    selector's object directly); ``mode`` and ``compilation_config`` stay at the top level.
+    """
 
     model_config = ConfigDict(extra="forbid", title="RecommendResponse")
-
-    @classmethod
-    def of(cls, rec: Recommendation) -> RecommendResponse:
-        # No re-validation: the selector built and validated it; this only gives it the API's name.
-        return cls.model_construct(_fields_set=rec.model_fields_set, **rec.__dict__)
 
 
 class ModelSummary(BaseModel):

@@ -9,6 +9,7 @@ failed reload leaves the old set in place.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -82,6 +83,15 @@ def load_models(models_dir: Path, model_id: str | None, target: Fingerprint | No
     return LoadedModels(models_dir, default, by_id, broken, time.time())
 
 
+def _freeze_heap() -> None:
+    """Move everything alive now (modules, the models) out of the cyclic GC's reach: a full collection
+    then scans only what requests allocate, instead of every estimator node, and cannot stall a request
+    for tens of milliseconds. The previous models, now unreachable, are collected first."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
+
 def _warm_up(rec: Recommender) -> None:
     """One answer at load time, so the first request does not pay numpy's and pydantic's first-call costs."""
     try:
@@ -109,11 +119,12 @@ class ServiceState:
     def __post_init__(self) -> None:
         self.models = LoadedModels.empty(self.models_dir, "not loaded yet")
 
-    def reload(self) -> tuple[LoadedModels, LoadedModels]:
-        """Load the registry afresh and swap it in; returns (old, new). Raises ModelError and keeps the
-        old set when an explicitly configured model cannot be loaded."""
+    def reload(self) -> tuple[str | None, LoadedModels]:
+        """Load the registry afresh and swap it in; returns (the previous default model's id, the new set).
+        Raises :class:`GraphmodeError` and keeps the old set when an explicitly configured model cannot be
+        loaded."""
         with self._reload_lock:
-            old = self.models
+            previous = self.models.default.model_id if self.models.default is not None else None
             try:
                 new = load_models(self.models_dir, self.model_id, self.target)
             except GraphmodeError:
@@ -122,6 +133,7 @@ class ServiceState:
             self.models = new  # the swap: one reference assignment
             self.metrics.reloads.labels(result="ok").inc()
             self.metrics.set_models(new)
+            _freeze_heap()
             if new.default is not None:
                 log.info(
                     "models loaded from %s: default %s, %d loaded, %d broken",
@@ -132,7 +144,7 @@ class ServiceState:
                 )
             else:
                 log.warning("no model loaded from %s: %s", self.models_dir, new.load_error)
-            return old, new
+            return previous, new
 
     def objective(self, spec: ObjectiveIn, rec: Recommender) -> Objective | None:
         """The objective a request asks for (None: the model's default); built objectives are cached."""

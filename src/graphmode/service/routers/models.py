@@ -68,7 +68,7 @@ async def get_model_card(model_id: ModelIdPath, models: ModelsDep) -> Response:
 async def reload_models(state: StateDep) -> ReloadResponse:
     """Load the registry again and swap it in atomically (requests in flight finish on the old models)."""
     try:
-        old, new = await run_in_threadpool(state.reload)
+        previous, new = await run_in_threadpool(state.reload)
     except GraphmodeError as exc:
         raise HTTPException(status_code=500, detail=f"reload failed, the previous models stay loaded: {exc}") from None
     warnings = []
@@ -79,7 +79,7 @@ async def reload_models(state: StateDep) -> ReloadResponse:
         default_model_id=new.default.model_id if new.default is not None else None,
         models_loaded=len(new.by_id),
         models_broken=len(new.broken),
-        previous_default_model_id=old.default.model_id if old.default is not None else None,
+        previous_default_model_id=previous,
         loaded_at=new.loaded_at or 0.0,
         warnings=warnings,
     )

@@ -18,7 +18,7 @@ from fastapi import APIRouter, HTTPException, Response
 from graphmode.errors import ObjectiveError, ScrapeError
 from graphmode.profiling.records import ObservedFeatures
 from graphmode.selector.recommend import FeatureSource
-from graphmode.service.deps import ModelsDep, StateDep, pick_recommender
+from graphmode.service.deps import StateDep, pick_recommender
 from graphmode.service.schemas import RecommendRequest, RecommendResponse
 from graphmode.service.state import LoadedModels, ServiceState
 
@@ -66,7 +66,9 @@ def answer(
     metrics = state.metrics
     metrics.compute.observe(time.perf_counter() - t0)
     metrics.recommendations.labels(result.mode, result.model_id, result.features_source).inc()
-    return Response(RecommendResponse.of(result).model_dump_json(), media_type="application/json")
+    # RecommendResponse is the Recommendation under the API's name: same fields, so the selector's object is
+    # serialized as is (no copy, no re-validation).
+    return Response(result.model_dump_json(), media_type="application/json")
 
 
 def _objective_error(exc: ObjectiveError) -> HTTPException:
@@ -83,21 +85,21 @@ def build_router(*, threadpool: bool = False) -> APIRouter:
     if threadpool:
 
         @router.post("/recommend", response_model=RecommendResponse, responses=_RESPONSES, description=_DOC)
-        def recommend_threaded(body: RecommendRequest, state: StateDep, models: ModelsDep) -> Response:
+        def recommend_threaded(body: RecommendRequest, state: StateDep) -> Response:
             observed = None
             if body.server_url is not None:
                 try:
                     observed = _observe(body.server_url, body.window_s, body.interval_s)
                 except ScrapeError as exc:
                     raise _scrape_failed(body.server_url, exc) from None
-            return answer(state, models, body, observed)
+            return answer(state, state.models, body, observed)
 
         return router
 
     limiter: list[anyio.CapacityLimiter] = []
 
     @router.post("/recommend", response_model=RecommendResponse, responses=_RESPONSES, description=_DOC)
-    async def recommend(body: RecommendRequest, state: StateDep, models: ModelsDep) -> Response:
+    async def recommend(body: RecommendRequest, state: StateDep) -> Response:
         observed = None
         if body.server_url is not None:
             if not limiter:
@@ -108,6 +110,6 @@ def build_router(*, threadpool: bool = False) -> APIRouter:
                 )
             except ScrapeError as exc:
                 raise _scrape_failed(body.server_url, exc) from None
-        return answer(state, models, body, observed)
+        return answer(state, state.models, body, observed)
 
     return router

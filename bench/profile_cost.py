@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""What a profile run costs: wall time, engine starts, start-up and load time per mode, seconds per cell.
+
+graphmode starts vLLM once per mode and runs every pending cell of that mode against it, so start-up
+(model load + torch.compile + graph capture, minutes on a real GPU) is paid once per mode, not once per
+cell. This runs a profile and prints where the time went, to show exactly that.
+
+Without ``--vllm-cmd`` it profiles ``bench/fake_vllm.py`` (stdlib only, runs anywhere, seconds);
+with it, a real vLLM::
+
+    .venv/bin/python bench/profile_cost.py
+    .venv/bin/python bench/profile_cost.py --modes NONE,FULL --fake-startup-s 2
+    .venv/bin/python bench/profile_cost.py --vllm-cmd "vllm serve" --grid bench/grids/h200-slice1.yaml \\
+        --dataset runs/slice1.sqlite -- /models/llama-1b --max-model-len 4096
+
+Everything after ``--`` goes to vLLM unchanged (the fake needs nothing; it gets ``--model fake-model``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+try:
+    import graphmode  # noqa: F401
+except ImportError:  # run from a checkout without the package installed
+    sys.path.insert(0, str(BENCH.parent / "src"))
+
+from graphmode.modes import ALL_MODES, CudaGraphMode, parse_mode  # noqa: E402
+from graphmode.profiling.dataset import ProfileStore  # noqa: E402
+from graphmode.profiling.grid import Workload, load_grid  # noqa: E402
+from graphmode.profiling.records import CellRecord, StartupInfo  # noqa: E402
+from graphmode.profiling.runner import ProfileConfig, Profiler, ProfileSummary  # noqa: E402
+
+FAKE_VLLM = BENCH / "fake_vllm.py"
+# Small enough for the fake to finish in well under a minute over all five modes.
+SMOKE_GRID = """\
+name: cost-smoke
+defaults: {duration_s: 2, warmup_s: 0.5}
+workloads:
+  - {name: smoke-prefill, rate: 8, burstiness: 1.0, input: {mean: 512, spread: 0.2}, output: {mean: 8}}
+  - {name: smoke-decode, rate: 4, burstiness: 0.5, input: {mean: 32}, output: {mean: 64, spread: 0.2}}
+"""
+
+
+@dataclass
+class ModeCost:
+    starts: int = 0
+    ok: int = 0
+    failed: int = 0
+    t_starting: float | None = None
+    t_started: float | None = None
+    t_last_cell: float | None = None
+    t_end: float | None = None
+    cell_s: list[float] = field(default_factory=list)
+
+
+class CostReporter:
+    """A :class:`graphmode.profiling.runner.Reporter` that keeps timestamps instead of printing."""
+
+    def __init__(self, verbose: bool = True) -> None:
+        self.modes: dict[str, ModeCost] = {}
+        self.verbose = verbose
+        self._current: str | None = None
+        self._cell_t0: float | None = None
+
+    def _close_current(self, now: float) -> None:
+        if self._current is not None:
+            self.modes[self._current].t_end = now
+
+    def mode_starting(self, mode: CudaGraphMode, pending: int) -> None:
+        now = time.monotonic()
+        self._close_current(now)
+        self._current = mode.value
+        cost = self.modes.setdefault(mode.value, ModeCost())
+        cost.starts += 1
+        cost.t_starting = now
+        self._say(f"{mode.value}: starting the engine for {pending} cells")
+
+    def mode_started(self, mode: CudaGraphMode, startup: StartupInfo) -> None:
+        self.modes[mode.value].t_started = time.monotonic()
+        self._say(f"{mode.value}: healthy after {startup.startup_s} s")
+
+    def cell_starting(self, mode: CudaGraphMode, workload: Workload, repeat: int) -> None:
+        self._cell_t0 = time.monotonic()
+
+    def cell_finished(self, record: CellRecord) -> None:
+        now = time.monotonic()
+        cost = self.modes.setdefault(record.mode, ModeCost())
+        if record.status == "ok":
+            cost.ok += 1
+        else:
+            cost.failed += 1
+        if self._cell_t0 is not None:  # cells failed in bulk after a crash have no start of their own
+            cost.cell_s.append(now - self._cell_t0)
+            self._cell_t0 = None
+        cost.t_last_cell = now
+        first = (record.reason or "").splitlines()[0] if record.reason else ""
+        self._say(f"  {record.status:6s} {record.mode} {record.workload}#{record.repeat} {first}".rstrip())
+
+    def finish(self) -> None:
+        self._close_current(time.monotonic())
+
+    def _say(self, msg: str) -> None:
+        if self.verbose:
+            print(msg, file=sys.stderr, flush=True)
+
+
+def _fmt(v: float | None, spec: str = ".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def cost_table(summary: ProfileSummary, reporter: CostReporter) -> str:
+    head = ["mode", "engine starts", "cells ok/failed", "startup s", "load s", "s/cell", "stop+other s", "total s"]
+    rows: list[list[str]] = []
+    for mode, c in reporter.modes.items():
+        startup = summary.startup_s.get(mode)
+        load = (c.t_last_cell - c.t_started) if (c.t_started and c.t_last_cell) else None
+        total = (c.t_end - c.t_starting) if (c.t_end and c.t_starting) else None
+        per_cell = (sum(c.cell_s) / len(c.cell_s)) if c.cell_s else None
+        other = None
+        if total is not None:
+            other = total - (startup or 0.0) - (load or 0.0)
+        rows.append([mode, str(c.starts), f"{c.ok}/{c.failed}", _fmt(startup), _fmt(load), _fmt(per_cell, ".2f"),
+                     _fmt(other), _fmt(total)])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+
+    def line(cells: list[str]) -> str:  # the mode left-aligned, numbers right-aligned
+        pairs = enumerate(zip(cells, widths, strict=True))
+        return "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in pairs)
+
+    lines = [line(head), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
+
+    cells = summary.ok + summary.failed
+    starts_per_mode = sorted({c.starts for c in reporter.modes.values()})
+    startup_total = sum(v for v in summary.startup_s.values() if v)
+    per_cell_starts = sum((summary.startup_s.get(m) or 0.0) * (c.ok + c.failed) for m, c in reporter.modes.items())
+    lines += [
+        "",
+        f"wall time        {summary.wall_s:.1f} s",
+        f"engine starts    {summary.engine_starts} for {len(reporter.modes)} modes "
+        f"(per mode: {', '.join(map(str, starts_per_mode)) or '-'})",
+        f"cells            {cells} run ({summary.ok} ok, {summary.failed} failed), {summary.skipped} already done",
+        f"startup total    {startup_total:.1f} s "
+        f"({100 * startup_total / summary.wall_s:.0f} % of wall time)" if summary.wall_s else "startup total    -",
+        f"seconds per cell {summary.wall_s / cells:.2f} s overall" if cells else "seconds per cell -",
+        f"a start per cell would have added about {max(0.0, per_cell_starts - startup_total):.0f} s of start-up",
+    ]
+    return "\n".join(lines)
+
+
+def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    vllm_args: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, vllm_args = argv[:i], argv[i + 1:]
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                epilog="Everything after -- goes to vLLM unchanged.")
+    p.add_argument("--vllm-cmd", help="command prefix that starts vLLM (default: the fake in bench/fake_vllm.py)")
+    p.add_argument("--grid", type=Path, help="workload grid, YAML or TOML (default: a 2-workload smoke grid)")
+    p.add_argument("--workloads", help="comma-separated workload names from the grid")
+    p.add_argument("--modes", help="comma-separated cudagraph modes (default: all five)")
+    p.add_argument("--dataset", type=Path, help="SQLite dataset (default: a fresh temporary file)")
+    p.add_argument("--resume", action="store_true", help="skip cells the dataset already has")
+    p.add_argument("--repeats", type=int, help="override every workload's repeats")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--log-dir", type=Path, help="server logs (default: next to the dataset)")
+    p.add_argument("--startup-timeout", type=float, default=1800.0)
+    p.add_argument("--fake-startup-s", type=float, default=1.0,
+                   help="seconds the fake pretends load+capture take (default 1; ignored with --vllm-cmd)")
+    p.add_argument("--quiet", action="store_true", help="no per-cell lines on stderr")
+    return p.parse_args(argv), vllm_args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, vllm_args = _parse(sys.argv[1:] if argv is None else argv)
+    tmp = Path(tempfile.mkdtemp(prefix="graphmode-cost-"))
+    env: dict[str, str] = {}
+    if args.vllm_cmd:
+        command = shlex.split(args.vllm_cmd)
+    else:
+        command = [sys.executable, str(FAKE_VLLM)]
+        vllm_args = vllm_args or ["--model", "fake-model"]
+        env["FAKE_VLLM_STARTUP_S"] = str(args.fake_startup_s)
+    grid_path = args.grid
+    if grid_path is None:
+        grid_path = tmp / "cost-smoke.yaml"
+        grid_path.write_text(SMOKE_GRID, encoding="utf-8")
+    grid = load_grid(grid_path)
+    workloads = grid.select([n for n in (args.workloads or "").split(",") if n])
+    modes = [parse_mode(m) for m in args.modes.split(",") if m.strip()] if args.modes else list(ALL_MODES)
+    dataset = args.dataset or tmp / "profile.sqlite"
+    log_dir = args.log_dir or dataset.parent / "logs"
+
+    config = ProfileConfig(
+        command=command, vllm_args=vllm_args, modes=modes, workloads=workloads, dataset=dataset, log_dir=log_dir,
+        port=args.port, resume=args.resume, repeats=args.repeats, startup_timeout_s=args.startup_timeout,
+        scrape_interval_s=0.25 if not args.vllm_cmd else 0.5, env=env,
+    )
+    print(f"profiling {shlex.join([*command, *vllm_args])}\n"
+          f"grid {grid.name}: {len(workloads)} workloads x {len(modes)} modes; dataset {dataset}; logs {log_dir}",
+          file=sys.stderr, flush=True)
+    reporter = CostReporter(verbose=not args.quiet)
+    with ProfileStore(dataset) as store:
+        summary = Profiler(config, store, reporter).run()
+    reporter.finish()
+    print(cost_table(summary, reporter))
+    for line in summary.failures[:10]:
+        print(f"failed: {line.splitlines()[0]}")
+    return 0 if summary.failed == 0 else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
