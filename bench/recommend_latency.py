@@ -100,6 +100,9 @@ class RateResult:
     server_p99_le_ms: float | None = None
     server_mean_ms: float | None = None
     server_cpu_pct: float | None = None
+    gen_cpu_pct: float | None = None
+    other_cpu_pct: float | None = None  # the rest of the box: other processes, in % of one CPU
+    steal_pct: float | None = None
     loadavg_1m: float | None = None
     connections: int = 0
     error_kinds: dict[str, int] = field(default_factory=dict)
@@ -119,7 +122,7 @@ KEEPALIVE_REUSE_S = 4.0  # uvicorn closes idle keep-alive connections after 5 s:
 class Conn:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
-        self.last_used = asyncio.get_running_loop().time()
+        self.last_used = time.perf_counter()
 
 
 @dataclass
@@ -156,7 +159,7 @@ class LoadGen:
             while True:
                 if self.idle:
                     conn = self.idle.pop()
-                    now = asyncio.get_running_loop().time()
+                    now = time.perf_counter()
                     if now - conn.last_used < KEEPALIVE_REUSE_S and not conn.reader.at_eof():
                         return conn
                     conn.writer.close()  # the server may have closed it: a real client would not reuse it
@@ -182,7 +185,7 @@ class LoadGen:
     async def _release(self, conn: Conn | None) -> None:
         async with self.free:
             if conn is not None:
-                conn.last_used = asyncio.get_running_loop().time()
+                conn.last_used = time.perf_counter()
                 self.idle.append(conn)
             else:
                 self.opened -= 1
@@ -192,7 +195,7 @@ class LoadGen:
         conn = await self._acquire()
         keep = False
         try:
-            sent_at = asyncio.get_running_loop().time()
+            sent_at = time.perf_counter()
             conn.writer.write(payload)
             head = await conn.reader.readuntil(b"\r\n\r\n")
             status = int(head[9:12])
@@ -218,15 +221,14 @@ class LoadGen:
         from_send: list[float] = []
         lags: list[float] = []
         errors: dict[str, int] = {}
-        loop = asyncio.get_running_loop()
-        t0 = loop.time() + 0.05
+        t0 = time.perf_counter() + 0.05
         tasks: list[asyncio.Task[None]] = []
 
         async def fire(i: int, intended: float) -> None:
             try:
                 payload = self.requests[i % len(self.requests)]
                 status, body, sent_at = await asyncio.wait_for(self._one(payload), self.timeout_s)
-                done = loop.time()
+                done = time.perf_counter()
                 lags.append(sent_at - intended)
                 if status == 200 and b'"mode"' in body:
                     latencies.append(done - intended)
@@ -239,14 +241,14 @@ class LoadGen:
         i = 0
         n = len(times)
         while i < n:
-            now = loop.time()
+            now = time.perf_counter()
             while i < n and t0 + times[i] <= now:
                 tasks.append(asyncio.ensure_future(fire(i, t0 + times[i])))
                 i += 1
             if i < n:
-                await asyncio.sleep(max(0.0, t0 + times[i] - loop.time()))
+                await asyncio.sleep(max(0.0, t0 + times[i] - time.perf_counter()))
         await asyncio.gather(*tasks)
-        return RunStats(latencies, from_send, lags, n, errors, loop.time() - t0)
+        return RunStats(latencies, from_send, lags, n, errors, time.perf_counter() - t0)
 
     async def close(self) -> None:
         for c in self.idle:
@@ -268,6 +270,17 @@ def _cpu_seconds(pid: int) -> float | None:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _box_cpu() -> tuple[float, float] | None:
+    """Seconds of CPU the whole box spent busy, and stolen by the hypervisor, since boot (/proc/stat)."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    busy = sum(fields[:8]) - fields[3] - fields[4]  # all but idle and iowait
+    return busy / tick, (fields[7] if len(fields) > 7 else 0) / tick
 
 
 def _server_stats(port: int) -> tuple[float, float, dict[float, float]]:
@@ -424,7 +437,8 @@ def _fmt(v: float | None, nd: int = 2) -> str:
 def table(results: list[RateResult]) -> str:
     head = (
         "| variant | target req/s | achieved req/s | sent | errors | p50 ms | p90 ms | p99 ms | max ms "
-        "| p99 from send ms | gen lag p99 ms | server p99 ≤ ms | server mean ms | server CPU % | load avg 1m |"
+        "| p99 from send ms | gen lag p99 ms | server p99 ≤ ms | server mean ms | server CPU % | gen CPU % "
+        "| other CPU % | load avg 1m |"
     )
     lines = [head, "|" + "|".join("---" for _ in range(head.count("|") - 1)) + "|"]
     for r in results:
@@ -432,7 +446,8 @@ def table(results: list[RateResult]) -> str:
             f"| {r.variant} | {r.target_rps:g} | {r.achieved_rps:.1f} | {r.sent} | {r.errors} | "
             f"{_fmt(r.p50_ms)} | {_fmt(r.p90_ms)} | {_fmt(r.p99_ms)} | {_fmt(r.max_ms)} | "
             f"{_fmt(r.p99_from_send_ms)} | {_fmt(r.lag_p99_ms)} | {_fmt(r.server_p99_le_ms, 1)} | "
-            f"{_fmt(r.server_mean_ms, 3)} | {_fmt(r.server_cpu_pct, 0)} | {_fmt(r.loadavg_1m, 1)} |"
+            f"{_fmt(r.server_mean_ms, 3)} | {_fmt(r.server_cpu_pct, 0)} | {_fmt(r.gen_cpu_pct, 0)} | "
+            f"{_fmt(r.other_cpu_pct, 0)} | {_fmt(r.loadavg_1m, 1)} |"
         )
     return "\n".join(lines)
 
@@ -443,9 +458,9 @@ async def drive(server: Server, variant: str, args: argparse.Namespace, bodies: 
     results = []
     for k, rate in enumerate(args.rates):
         s0, c0, b0 = _server_stats(server.port)
-        cpu0, w0 = _cpu_seconds(server.proc.pid), time.monotonic()
+        cpu0, w0, g0, box0 = _cpu_seconds(server.proc.pid), time.monotonic(), time.process_time(), _box_cpu()
         st = await gen.run(rate, args.duration, args.arrivals, args.seed + k)
-        cpu1, w1 = _cpu_seconds(server.proc.pid), time.monotonic()
+        cpu1, w1, g1, box1 = _cpu_seconds(server.proc.pid), time.monotonic(), time.process_time(), _box_cpu()
         s1, c1, b1 = _server_stats(server.port)
         lat = st.latencies
         r = RateResult(
@@ -470,6 +485,11 @@ async def drive(server: Server, variant: str, args: argparse.Namespace, bodies: 
             r.server_mean_ms = (s1 - s0) / (c1 - c0) * 1e3
         if cpu0 is not None and cpu1 is not None:
             r.server_cpu_pct = (cpu1 - cpu0) / (w1 - w0) * 100
+        r.gen_cpu_pct = (g1 - g0) / (w1 - w0) * 100
+        if box0 is not None and box1 is not None and r.server_cpu_pct is not None:
+            busy = (box1[0] - box0[0]) / (w1 - w0) * 100
+            r.other_cpu_pct = max(0.0, busy - r.server_cpu_pct - r.gen_cpu_pct)
+            r.steal_pct = (box1[1] - box0[1]) / (w1 - w0) * 100
         with contextlib.suppress(OSError):
             r.loadavg_1m = os.getloadavg()[0]
         results.append(r)
