@@ -7,6 +7,7 @@ stopping it (terminate → wait → kill) also ends vLLM's engine-core child pro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -215,10 +216,8 @@ class VllmServer:
 
     @staticmethod
     def _signal_group(pid: int, sig: signal.Signals) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def _close_log(self) -> None:
         if self._log_file is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -89,10 +90,8 @@ class MemorySampler:
         if self._thread is not None:
             self._thread.join(timeout=5)
         if self._ok and pynvml is not None:
-            try:
+            with contextlib.suppress(Exception):
                 pynvml.nvmlShutdown()
-            except Exception:
-                pass
         if not self.samples_gib:
             return None, None
         return round(max(self.samples_gib), 3), round(sum(self.samples_gib) / len(self.samples_gib), 3)

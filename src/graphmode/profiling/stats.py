@@ -37,9 +37,7 @@ class RequestResult:
             return False
         if slo_ttft_s is not None and (self.ttft is None or self.ttft > slo_ttft_s):
             return False
-        if slo_itl_s is not None and self.itls and float(np.mean(self.itls)) > slo_itl_s:
-            return False
-        return True
+        return not (slo_itl_s is not None and self.itls and float(np.mean(self.itls)) > slo_itl_s)
 
 
 def aggregate(results: Sequence[RequestResult], duration_s: float, *, slo_ttft_s: float | None = None,
