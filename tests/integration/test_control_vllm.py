@@ -31,7 +31,7 @@ pytestmark = [
     pytest.mark.skipif(not VLLM_PY, reason="GRAPHMODE_TEST_VLLM_PYTHON is not set (path to a python with vLLM)"),
 ]
 SERVE_ARGS = ["--model", str(TINY), "--load-format", "dummy", "--skip-tokenizer-init", "--max-model-len", "1024",
-              "--gpu-memory-utilization", "0.05"]
+              "--gpu-memory-utilization", "0.2"]
 START_TIMEOUT = 400.0
 
 
@@ -206,6 +206,23 @@ def test_watch_switches_rolls_back_and_completes_inflight(tmp_path: Path) -> Non
             assert not bad.ok and "rolled back to PIECEWISE" in bad.reason, bad.reason
             assert ex.mode == "PIECEWISE" and ctl.state.failed_switches == 1 and ctl.state.last_error
             assert (await asyncio.to_thread(complete, public)).status_code == 200
+
+            # blue-green with a broken new command: the old server keeps serving the whole time, so
+            # requests sent while the new one fails all succeed (a bad flag fails before any model load,
+            # so two CPU servers never compete for the cores here)
+            ex.strategy = "blue-green"
+            stop.clear()
+            results.clear()
+            threads = [threading.Thread(target=client) for _ in range(2)]
+            for t in threads:
+                t.start()
+            bg = await ctl.switch(CudaGraphMode.FULL, [*SERVE_ARGS, "--no-such-flag-graphmode"])
+            stop.set()
+            for t in threads:
+                await asyncio.to_thread(t.join, 180)
+            assert not bg.ok and "old one kept serving" in bg.reason, bg.reason
+            assert ex.mode == "PIECEWISE" and ctl.state.failed_switches == 2
+            assert results and set(results) == {200}, results  # every request during the attempt served
             api = ctl.api()
             from starlette.testclient import TestClient
 

@@ -42,3 +42,21 @@ def parse_modes(value: str | None) -> list[CudaGraphMode]:
     if not modes:
         raise ConfigError("--modes: no mode given")
     return list(dict.fromkeys(modes))
+
+
+def vllm_invocation(ctx_args: list[str], vllm_cmd: str | None, default_command: list[str], *,
+                    need_model: bool) -> tuple[list[str], list[str]]:
+    """(command prefix, vLLM args) from a subcommand's ``--vllm-cmd`` and what follows ``--``."""
+    import shlex
+
+    from graphmode.vllm_args import model_arg
+
+    vllm_args = list(ctx_args)
+    if vllm_args and vllm_args[0] == "--":
+        vllm_args = vllm_args[1:]
+    command = shlex.split(vllm_cmd) if vllm_cmd else list(default_command)
+    if not command:
+        raise ConfigError("--vllm-cmd is empty")
+    if need_model and model_arg(command, vllm_args) is None:
+        raise ConfigError("no model in the vLLM args: pass e.g. `-- --model DIR` after the options")
+    return command, vllm_args

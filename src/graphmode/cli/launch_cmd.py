@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from graphmode.cli.common import handle_errors
+from graphmode.cli.common import handle_errors, vllm_invocation
 from graphmode.errors import ConfigError, EngineError
 
 console = Console(stderr=True)
@@ -125,12 +125,7 @@ def register(app: typer.Typer) -> None:
             from graphmode.settings import load_settings
 
             s = load_settings()
-            vllm_args = list(ctx.args)
-            if vllm_args and vllm_args[0] == "--":
-                vllm_args = vllm_args[1:]
-            command = shlex.split(vllm_cmd) if vllm_cmd else s.vllm.argv()
-            if not command:
-                raise ConfigError("--vllm-cmd is empty")
+            command, vllm_args = vllm_invocation(ctx.args, vllm_cmd, s.vllm.argv(), need_model=False)
             check_deployment_id(deployment_id)
             mine = user_choice(vllm_args)  # validates a user --compilation-config early
             desc = _workload(workload, rate, burstiness, input_tokens, output_tokens, concurrency)

@@ -17,15 +17,13 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from graphmode.cli.common import EXIT_PARTIAL, handle_errors, parse_modes
-from graphmode.errors import ConfigError
+from graphmode.cli.common import EXIT_PARTIAL, handle_errors, parse_modes, vllm_invocation
 from graphmode.modes import CudaGraphMode
 from graphmode.profiling.dataset import ProfileStore
 from graphmode.profiling.grid import Workload, load_grid
 from graphmode.profiling.records import CellRecord, StartupInfo
 from graphmode.profiling.runner import ProfileConfig, Profiler
 from graphmode.settings import load_settings
-from graphmode.vllm_args import model_arg
 
 console = Console(stderr=True)
 
@@ -87,18 +85,11 @@ def register(app: typer.Typer) -> None:
         """Start vLLM once per mode and run the workload grid against it; append one row per cell."""
         with handle_errors():
             s = load_settings()
-            vllm_args = list(ctx.args)
-            if vllm_args and vllm_args[0] == "--":
-                vllm_args = vllm_args[1:]
             grid_path = grid or s.profile.grid
             g = load_grid(grid_path)
             selected = g.select([n for n in (workloads or "").split(",") if n])
             mode_list = parse_modes(modes)
-            command = shlex.split(vllm_cmd) if vllm_cmd else s.vllm.argv()
-            if not command:
-                raise ConfigError("--vllm-cmd is empty")
-            if model_arg(command, vllm_args) is None:
-                raise ConfigError("no model in the vLLM args: pass e.g. `-- --model DIR` after the options")
+            command, vllm_args = vllm_invocation(ctx.args, vllm_cmd, s.vllm.argv(), need_model=True)
             config = ProfileConfig(
                 command=command, vllm_args=vllm_args, modes=mode_list, workloads=selected,
                 dataset=dataset or s.profile.dataset, log_dir=log_dir or s.profile.log_dir,

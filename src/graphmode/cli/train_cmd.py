@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -12,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from graphmode.cli.common import handle_errors, parse_modes
+from graphmode.cli.common import handle_errors, parse_modes, vllm_invocation
 from graphmode.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -268,20 +267,12 @@ def register(app: typer.Typer) -> None:
         from graphmode.selector.retrain import retrain as run_retrain
         from graphmode.selector.retrain import retrain_dataset_path
         from graphmode.settings import load_settings
-        from graphmode.vllm_args import model_arg
 
         with handle_errors():
             s = load_settings()
-            vllm_args = list(ctx.args)
-            if vllm_args and vllm_args[0] == "--":
-                vllm_args = vllm_args[1:]
             g = load_grid(grid or s.profile.grid)
             selected = g.select([n for n in (workloads or "").split(",") if n])
-            command = shlex.split(vllm_cmd) if vllm_cmd else s.vllm.argv()
-            if not command:
-                raise ConfigError("--vllm-cmd is empty")
-            if model_arg(command, vllm_args) is None:
-                raise ConfigError("no model in the vLLM args: pass e.g. `-- --model DIR` after the options")
+            command, vllm_args = vllm_invocation(ctx.args, vllm_cmd, s.vllm.argv(), need_model=True)
             root = models_dir or s.selector.models_dir
             config = ProfileConfig(
                 command=command,

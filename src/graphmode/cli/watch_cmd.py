@@ -30,7 +30,8 @@ def register(app: typer.Typer) -> None:
         deployment_id: Annotated[str, typer.Option("--deployment-id", envvar="GRAPHMODE_DEPLOYMENT_ID",
                                                    help="Name of this deployment (state file, API).")] = "default",
         attach: Annotated[str | None, typer.Option(
-            "--attach", help="Observe a vLLM server graphmode does not run (implies --dry-run).")] = None,
+            "--attach", "--server",
+            help="Observe a vLLM server graphmode does not run (report-only unless --k8s-deployment).")] = None,
         attach_mode: Annotated[str | None, typer.Option(
             "--attach-mode", help="The attached server's cudagraph_mode.")] = None,
         k8s_deployment: Annotated[str | None, typer.Option(

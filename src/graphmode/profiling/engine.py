@@ -63,7 +63,7 @@ def tail_lines(path: Path, n: int = 40, max_bytes: int = 256 * 1024, offset: int
     lines = [ln.split("\r")[-1] for ln in data.splitlines()]
     last = lines[-n:]
     causes = [ln for ln in lines[:-n] if _ROOT_CAUSE.search(ln)]
-    causes = list(dict.fromkeys(causes))[-5:]
+    causes = list(dict.fromkeys(causes))[:5]  # the first exception printed is the root cause
     head = ["... root cause lines from earlier in the log:", *causes, "... last lines:"] if causes else []
     return "\n".join(head + last)
 
