@@ -378,3 +378,22 @@ def test_bad_card_is_a_model_error(trained: tuple[Path, Any], tmp_path: Path) ->
     (folder / CARD_FILE).write_text(json.dumps(card))
     with pytest.raises(ModelError, match="schema"):
         Recommender.from_dir(folder)
+
+
+def test_classifier_is_distilled_from_the_regressors(trained: tuple[Path, Any]) -> None:
+    """The fast-path classifier learns the per-mode decision under the default objective (ties to the
+    default, as the recommender decides), so it agrees with it on the training points and nearby."""
+    from graphmode.selector.model import decided_modes, distill_points
+
+    _, res = trained
+    model, objective = res.model, res.card.default_objective
+    X = model.train_x
+    assert model.classify(X) == decided_modes(model, X, objective)
+    assert np.array_equal(distill_points(X, model.spec, 0), distill_points(X, model.spec, 0))  # deterministic
+    rng = np.random.default_rng(12345)
+    lo, hi = X.min(axis=0), X.max(axis=0)
+    P = rng.uniform(lo, hi, size=(500, X.shape[1]))
+    decided = decided_modes(model, P, objective)
+    agree = np.mean([c == d for c, d in zip(model.classify(P), decided, strict=True)])
+    assert agree >= 0.8, agree  # exact on the training points; a sample of the box is a wider net
+    assert res.report.classifier_agreement_pct is not None

@@ -37,7 +37,14 @@ from graphmode.selector.estimators import (
     compile_classifier,
     make_classifier,
 )
-from graphmode.selector.model import SelectorModel, _design, fit_model, labels_for, measured_ranking
+from graphmode.selector.model import (
+    SelectorModel,
+    _design,
+    decided_modes,
+    distill_points,
+    fit_model,
+    measured_ranking,
+)
 from graphmode.selector.objective import Objective, Ranking, rank, regret, relative_gain
 
 DEFAULT_EVAL_METRICS: tuple[str, ...] = ("itl_p50", "ttft_p99", "e2e_p50", "output_tok_s")
@@ -205,7 +212,6 @@ def cross_validate(
             reason="no cross-validation possible; defaults used",
         )
     truths = {o: truth_for(ts, o) for o in all_objs}
-    labels = labels_for(ts, default_objective)
     reg_choices: dict[tuple[str, Objective], dict[int, str]] = defaultdict(dict)
     clf_choices: dict[str, dict[int, str]] = defaultdict(dict)
     reg_preds: dict[str, dict[int, np.ndarray]] = defaultdict(dict)
@@ -213,12 +219,13 @@ def cross_validate(
     clf_us: dict[str, float] = {}
     r_kinds = [chosen_regressor] if chosen_regressor else list(regressor_kinds)
     c_kinds = [chosen_classifier] if chosen_classifier else list(classifier_kinds)
+    fold_models: dict[str, dict[str, SelectorModel]] = defaultdict(dict)
+    held_of: dict[str, list[int]] = {}
     for g in groups:
         held = [i for i, u in enumerate(ts.units) if u.group == g]
         train = [i for i, u in enumerate(ts.units) if u.group != g]
+        held_of[g] = held
         sub = ts.subset(train)
-        sub_labels = [labels[i] for i in train]
-        model: SelectorModel | None = None
         for kind in r_kinds:
             model = fit_model(
                 sub,
@@ -226,8 +233,8 @@ def cross_validate(
                 regressor_kind=kind,
                 classifier_kind=None,
                 random_state=random_state,
-                labels=sub_labels,
             )
+            fold_models[kind][g] = model
             for u in held:
                 x = model.spec.vectorize(ts.units[u].features, ts.units[u].shape)[0]
                 reg_preds[kind][u] = np.concatenate([model.predict_metrics(x[None, :])[0]], axis=1)
@@ -243,25 +250,8 @@ def cross_validate(
                         model.spec.vectorize(ts.units[held[0]].features, ts.units[held[0]].shape)[0][None, :]
                     )[0],
                 )
-        assert model is not None
-        known = [i for i, lab in zip(train, sub_labels, strict=True) if lab is not None]
-        y = np.array([labels[i] for i in known]).astype(str)
-        Xtr = _design(
-            np.array(
-                [model.spec.vectorize(ts.units[i].features, ts.units[i].shape)[0] for i in known]
-            ).reshape(len(known), -1)
-        )
-        for ckind in c_kinds:
-            if not len(y):
-                continue
-            clf = make_classifier(ckind, len(set(y.tolist())), random_state).fit(Xtr, y)
-            for u in held:
-                x = _design(model.spec.vectorize(ts.units[u].features, ts.units[u].shape)[0][None, :])
-                clf_choices[ckind][u] = str(clf.predict(x)[0])
-            if ckind not in clf_us and held:
-                f = compile_classifier(clf)
-                clf_us[ckind] = _time_us(f, Xtr[0])
 
+    d_truth = truths[default_objective]
     d_truth = truths[default_objective]
     reg_cands = []
     for kind in r_kinds:
@@ -280,6 +270,25 @@ def cross_validate(
             )
         )
     best_reg = chosen_regressor or _pick_regressor(reg_cands, list(r_kinds))
+    # The classifiers are distilled from the chosen regressors of each fold, as fit_model does on all
+    # the data, and scored on the held-out workload against the measurements and the regressors.
+    for g in groups:
+        model = fold_models[best_reg][g]
+        Xd = distill_points(model.train_x, model.spec, random_state)
+        yd = decided_modes(model, Xd, default_objective)
+        keep = [i for i, lab in enumerate(yd) if lab is not None]
+        if not keep:
+            continue
+        y = np.array([yd[i] for i in keep]).astype(str)
+        Xtr = _design(Xd[keep])
+        for ckind in c_kinds:
+            clf = make_classifier(ckind, len(set(y.tolist())), random_state).fit(Xtr, y)
+            for u in held_of[g]:
+                x = _design(model.spec.vectorize(ts.units[u].features, ts.units[u].shape)[0][None, :])
+                clf_choices[ckind][u] = str(clf.predict(x)[0])
+            if ckind not in clf_us and held_of[g]:
+                f = compile_classifier(clf)
+                clf_us[ckind] = _time_us(f, Xtr[0])
     clf_cands = []
     for ckind in c_kinds:
         s, _ = summarize(ts, default_objective, d_truth, clf_choices[ckind])
@@ -319,7 +328,7 @@ def cross_validate(
         workloads=workloads,
     )
     if len(ts.shape_keys) >= 2:
-        report.shape_cv = [_shape_cv(ts, default_objective, best_reg, labels, random_state)]
+        report.shape_cv = [_shape_cv(ts, default_objective, best_reg, random_state)]
     return report
 
 
@@ -409,9 +418,7 @@ def _reason(
     return ". ".join(parts)
 
 
-def _shape_cv(
-    ts: TrainingSet, objective: Objective, kind: str, labels: list[str | None], random_state: int
-) -> CVSummary:
+def _shape_cv(ts: TrainingSet, objective: Objective, kind: str, random_state: int) -> CVSummary:
     """Leave-one-*shape*-out: how the selector does on a model shape it was not trained on."""
     truth = truth_for(ts, objective)
     choices: dict[int, str] = {}
@@ -426,7 +433,6 @@ def _shape_cv(
             regressor_kind=kind,  # type: ignore[arg-type]
             classifier_kind=None,
             random_state=random_state,
-            labels=[labels[i] for i in train],
         )
         for u in held:
             c = _choose(model, model.spec.vectorize(ts.units[u].features, ts.units[u].shape)[0], objective)

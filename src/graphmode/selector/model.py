@@ -4,10 +4,14 @@ Targets are learned in log space (``log`` for latencies and throughputs, ``log1p
 constants, which can be 0), so errors are relative and predictions stay positive. Columns are
 mode-major: output ``i * len(metrics) + j`` is metric ``j`` of mode ``i``.
 
-The classifier learns the measured best mode of each training workload under the default objective,
-ties resolved as :func:`~graphmode.selector.objective.rank` does (towards vLLM's default); it is the
-fast path for that objective, and :class:`~graphmode.selector.recommend.Recommender` checks it against
-the regressors on every answer.
+The classifier is the fast path for the default objective and must agree with it, so it is a
+*distillation* of the regressors: it learns the mode the per-mode predictions choose under the default
+objective (:func:`~graphmode.selector.objective.rank`, ties going to vLLM's default, exactly as
+:meth:`~graphmode.selector.recommend.Recommender.recommend` decides), on the training points plus a
+deterministic sample of points in the training feature ranges (:func:`distill_points`), so it agrees
+on and near the data. The *measured* best modes (:func:`labels_for`) are not its labels; cross-
+validation scores its choices against them. :class:`~graphmode.selector.recommend.Recommender` still
+checks it against the regressors on every answer.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ from graphmode.selector.objective import Objective, Ranking, rank
 
 FloatArray = NDArray[np.float64]
 N_TREES = 50
+DISTILL_FACTOR = 20  # sampled points per training point for the classifier's labels...
+DISTILL_MIN = 1000  # ...and at least this many
+DISTILL_JITTER = 0.1  # near-data samples: training points moved by this share of each feature's range
+DISTILL_SLACK = 0.1  # the sampled box: training ranges widened by this share (FeatureSpec.out_of_range's)
 
 
 def measured_ranking(
@@ -169,6 +177,83 @@ def labels_for(
     return out
 
 
+def distill_points(
+    X: FloatArray, spec: FeatureSpec, random_state: int = 0, n_extra: int | None = None
+) -> FloatArray:
+    """The training points ``X`` plus a deterministic sample in their ranges (model feature space).
+
+    ``n_extra`` (default ``max(DISTILL_MIN, DISTILL_FACTOR * len(X))``) points are added: half drawn
+    uniformly in the training box of the traffic columns, half training points jittered by
+    ``DISTILL_JITTER`` of each range; the box is widened by ``DISTILL_SLACK`` of each range, as far as
+    :meth:`FeatureSpec.out_of_range` still calls an input in range, and samples are clipped to it. Shape
+    and architecture columns are copied from a random training point, so every sample is a profiled
+    model shape.
+    """
+    n, d = X.shape
+    if n == 0 or d == 0:
+        return X.copy()
+    m = max(DISTILL_MIN, DISTILL_FACTOR * n) if n_extra is None else n_extra
+    rng = np.random.default_rng(random_state)
+    lo, hi = X.min(axis=0), X.max(axis=0)
+    pad = DISTILL_SLACK * (hi - lo)
+    lo, hi = lo - pad, hi + pad
+    obs = np.array([s == "obs" for s in spec.sources], dtype=bool)
+    k = int(obs.sum())
+    S = X[rng.integers(0, n, size=m)].copy()
+    half = m // 2
+    if k:
+        S[:half, obs] = rng.uniform(lo[obs], hi[obs], size=(half, k))
+        S[half:, obs] += rng.normal(0.0, 1.0, size=(m - half, k)) * (DISTILL_JITTER * (hi - lo)[obs])
+        S[:, obs] = np.clip(S[:, obs], lo[obs], hi[obs])
+    return np.vstack([X, S])
+
+
+def decided_modes(model: SelectorModel, X: FloatArray, objective: Objective) -> list[str | None]:
+    """The mode the per-mode predictions choose for each row of ``X`` (as the recommender decides)."""
+    out: list[str | None] = []
+    for table in model.tables(X):
+        if not table:
+            out.append(None)
+            continue
+        try:
+            r = rank(table, model.noise_for(table, objective.metric), objective, model.default_mode)
+        except Exception:
+            out.append(None)
+            continue
+        out.append(r.best)
+    return out
+
+
+def fit_classifier(
+    model: SelectorModel,
+    objective: Objective,
+    kind: ClassifierKind | None,
+    random_state: int = 0,
+    X: FloatArray | None = None,
+    labels: list[str | None] | None = None,
+) -> Any:
+    """A classifier of ``kind`` distilled from ``model``'s regressors under ``objective``.
+
+    ``X``/``labels`` (the points and the regressors' choices there) may be precomputed, e.g. shared by
+    several kinds; by default they are :func:`distill_points` of the training inputs. ``kind=None``
+    gives a constant classifier (the most common choice on the training points).
+    """
+    if X is None:
+        X = model.train_x if kind is None else distill_points(model.train_x, model.spec, random_state)
+        labels = None
+    if labels is None:
+        labels = decided_modes(model, X, objective)
+    keep = [i for i, lab in enumerate(labels) if lab is not None]
+    if not keep:
+        raise ModelError(
+            f"the regressors predict no {objective.metric} for any mode: cannot label the best mode"
+        )
+    y = np.array([labels[i] for i in keep], dtype=object).astype(str)
+    n_classes = len(set(y.tolist()))
+    clf = make_classifier(kind or "extra_trees", n_classes if kind else 1, random_state)
+    return clf.fit(_design(X)[keep], y)
+
+
 def fit_model(
     ts: TrainingSet,
     *,
@@ -176,12 +261,11 @@ def fit_model(
     regressor_kind: RegressorKind = "ridge",
     classifier_kind: ClassifierKind | None = "extra_trees",
     random_state: int = 0,
-    labels: list[str | None] | None = None,
 ) -> SelectorModel:
-    """Fit every part of a selector on ``ts``; ``labels`` (the measured best modes) may be precomputed.
+    """Fit every part of a selector on ``ts``: the regressors, then the classifier distilled from them.
 
-    ``classifier_kind=None`` skips the classifier (a constant one stands in), for evaluations that fit
-    classifiers on their own.
+    ``classifier_kind=None`` skips the distillation (a constant classifier stands in), for evaluations
+    that fit classifiers on their own.
     """
     default_mode = DEFAULT_MODE.value
     spec, X = fit_spec([u.features for u in ts.units], [u.shape for u in ts.units])
@@ -204,21 +288,7 @@ def fit_model(
     creg = ColumnwiseRegressor(kind=const_kind, n_neighbors=1, allow_nan_targets=True).fit(
         Xc, Yc if Yc.shape[1] else np.zeros((Xc.shape[0], 1))
     )
-    if labels is None:
-        labels = labels_for(ts, objective, default_mode)
-    keep = [i for i, lab in enumerate(labels) if lab is not None]
-    y = np.array([labels[i] for i in keep], dtype=object).astype(str)
-    classes = sorted(set(y.tolist()))
-    clf = make_classifier(
-        classifier_kind or "extra_trees", len(classes) if classifier_kind else 1, random_state
-    )
-    if keep:
-        clf.fit(_design(X)[keep], y)
-    else:
-        raise ModelError(
-            f"no training workload has a measured {objective.metric}: cannot label the best mode"
-        )
-    return SelectorModel(
+    model = SelectorModel(
         spec=spec,
         modes=list(ts.modes),
         metrics=list(ts.metrics),
@@ -226,9 +296,13 @@ def fit_model(
         regressor=reg,
         const_regressor=creg,
         const_cols=ccols,
-        classifier=clf,
-        classes=[str(c) for c in clf.classes_],
+        classifier=None,
+        classes=[],
         train_x=X,
         noise_cv=dict(ts.noise_cv),
         default_mode=default_mode,
     )
+    clf = fit_classifier(model, objective, classifier_kind, random_state)
+    model.classifier = clf
+    model.classes = [str(c) for c in clf.classes_]
+    return model
