@@ -12,7 +12,8 @@ work=/tmp/gm; mkdir -p "$work/model-$shape"
 cp "models/shapes/$shape.json" "$work/model-$shape/config.json"
 export PYTHONPATH="/tmp/site:$PWD/src" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
 ds="$work/$shape.sqlite"
-[ -f "$ds" ] || { [ -f "models/seed/$shape.sqlite" ] && cp "models/seed/$shape.sqlite" "$ds"; }
+# Seed from the committed rows so --resume skips what earlier sessions measured.
+[ -f "$ds" ] || { [ -f "models/profiles/h200-$shape.sqlite" ] && cp "models/profiles/h200-$shape.sqlite" "$ds"; }
 if ! pgrep -f "graphmode.profiling profile" >/dev/null; then
   setsid nohup python3 -m graphmode.profiling profile --grid "$grid" --dataset "$ds" --resume \
     --log-dir "$work/logs" --vllm-cmd "python3 -m vllm.entrypoints.openai.api_server" "$@" \
