@@ -22,7 +22,7 @@ from graphmode.errors import EngineDiedError, EngineStartError
 from graphmode.modes import CudaGraphMode
 from graphmode.profiling.logparse import parse_startup_log
 from graphmode.profiling.records import StartupInfo
-from graphmode.vllm_args import has_flag, model_arg, with_mode, without_flags
+from graphmode.vllm_args import get_flag, has_flag, model_arg, with_mode, without_flags
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -110,8 +110,6 @@ class VllmServer:
 
     def served_model_name(self) -> str | None:
         if has_flag(self.args, "--served-model-name"):
-            from graphmode.vllm_args import get_flag
-
             return get_flag(self.args, "--served-model-name")
         return self.model
 

@@ -33,7 +33,7 @@ from graphmode.profiling.loadgen import run_load
 from graphmode.profiling.metrics import MetricsSnapshot, parse_metrics
 from graphmode.profiling.records import CellRecord, CellStatus, Fingerprint, StartupInfo
 from graphmode.profiling.stats import RequestResult, aggregate
-from graphmode.vllm_args import compilation_config_of, without_flags
+from graphmode.vllm_args import compilation_config_of, model_arg, without_flags
 
 DEFAULT_VOCAB = 1000  # safe for any real tokenizer when config.json is not readable
 
@@ -107,7 +107,7 @@ class Profiler:
         self.reporter: Reporter = reporter or NullReporter()
         self.run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
         self.gpu = gpu_facts()
-        self.shape = model_shape(_model_of(config))
+        self.shape = model_shape(model_arg(config.command, config.vllm_args))
         self.key = profile_key(self.gpu.get("gpu_name"), self.shape, config.command, config.vllm_args)
 
     def pending(self) -> dict[CudaGraphMode, list[tuple[Workload, int]]]:
@@ -266,12 +266,6 @@ class Profiler:
             stop.set()
             await asyncio.gather(scraper, guard, return_exceptions=True)
         return results, snapshots, t_measure, t_end
-
-
-def _model_of(config: ProfileConfig) -> str | None:
-    from graphmode.vllm_args import model_arg
-
-    return model_arg(config.command, config.vllm_args)
 
 
 def _served_model(server: VllmServer) -> str | None:
