@@ -1,36 +1,72 @@
 #!/usr/bin/env bash
-# Run (or continue) a profiling slice on the GPU host, in the background, and collect what it wrote.
+# Run (or continue) profiling slices on the GPU host, one profiler per GPU, in the background, and
+# collect what they wrote.
 #
 # usage (on the GPU host, from the repo root, after unpack.sh put vLLM in /tmp/site):
-#   bench/gpu/run_slice.sh SHAPE GRID WAIT_S [profile options...]
-# SHAPE is a file in models/shapes/ without .json. The profiler runs under setsid, so it outlives one
-# device call; calling this again with the same arguments while it runs only waits and collects. The
-# dataset is resumable (--resume), so a new host picks up where the last slice stopped.
+#   bench/gpu/run_slice.sh WAIT_S GRID SHAPE:GPU [SHAPE:GPU ...] [-- profile options...]
+# e.g. bench/gpu/run_slice.sh 540 src/graphmode/data/default_grid.yaml llama-3.2-1b:0 qwen2.5-0.5b:1 -- --repeats 1
+#
+# SHAPE is a file in models/shapes/ without .json; each shape gets its own GPU (CUDA_VISIBLE_DEVICES),
+# port, dataset and logs, so every mode of a shape is compared on the same GPU. Profilers run under
+# setsid and outlive one device call; calling this again with the same arguments while they run only
+# waits and collects. Datasets are resumable (--resume) and seeded from models/profiles/h200-SHAPE.sqlite,
+# so a new host picks up where the last slice stopped. A compile cache carried in .gpu/compile-cache.tgz
+# is unpacked first, and the caches are packed back into $OUT when they fit, so later hosts start warm.
 set -uo pipefail
-shape="$1"; grid="$2"; wait_s="$3"; shift 3
-work=/tmp/gm; mkdir -p "$work/model-$shape"
-cp "models/shapes/$shape.json" "$work/model-$shape/config.json"
+wait_s="$1"; grid="$2"; shift 2
+assign=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do assign+=("$1"); shift; done
+[ "${1:-}" = "--" ] && shift
+work=/tmp/gm; mkdir -p "$work"
 export PYTHONPATH="/tmp/site:$PWD/src" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
-ds="$work/$shape.sqlite"
-# Seed from the committed rows so --resume skips what earlier sessions measured.
-[ -f "$ds" ] || { [ -f "models/profiles/h200-$shape.sqlite" ] && cp "models/profiles/h200-$shape.sqlite" "$ds"; }
-if ! pgrep -f "graphmode.profiling profile" >/dev/null; then
-  setsid nohup python3 -m graphmode.profiling profile --grid "$grid" --dataset "$ds" --resume \
-    --log-dir "$work/logs" --vllm-cmd "python3 -m vllm.entrypoints.openai.api_server" "$@" \
-    -- --model "$work/model-$shape" --load-format dummy --skip-tokenizer-init --max-model-len 4096 \
-    --gpu-memory-utilization 0.5 >>"$work/profile-$shape.out" 2>&1 < /dev/null &
-  echo "started profiler pid $!"
+caches=(/root/.cache/vllm /tmp/torchinductor_root /root/.triton)
+if [ -f .gpu/compile-cache.tgz ] && [ ! -f "$work/.cache-restored" ]; then
+  tar -C / -xzf .gpu/compile-cache.tgz 2>/dev/null && echo "compile cache restored"; touch "$work/.cache-restored"
 fi
+
+running() { [ -f "$work/$1.pid" ] && kill -0 "$(cat "$work/$1.pid")" 2>/dev/null; }
+
+for a in "${assign[@]}"; do
+  shape="${a%%:*}"; gpu="${a##*:}"
+  mkdir -p "$work/model-$shape"
+  cp "models/shapes/$shape.json" "$work/model-$shape/config.json"
+  ds="$work/$shape.sqlite"
+  [ -f "$ds" ] || { [ -f "models/profiles/h200-$shape.sqlite" ] && cp "models/profiles/h200-$shape.sqlite" "$ds"; }
+  if ! running "$shape"; then
+    CUDA_VISIBLE_DEVICES="$gpu" setsid nohup python3 -m graphmode.profiling profile --grid "$grid" \
+      --dataset "$ds" --resume --port $((8100 + gpu)) --log-dir "$work/logs-$shape" \
+      --vllm-cmd "python3 -m vllm.entrypoints.openai.api_server" "$@" \
+      -- --model "$work/model-$shape" --load-format dummy --skip-tokenizer-init --max-model-len 4096 \
+      --gpu-memory-utilization 0.5 >>"$work/profile-$shape.out" 2>&1 < /dev/null &
+    echo $! > "$work/$shape.pid"
+    echo "started profiler for $shape on GPU $gpu (pid $!)"
+  fi
+done
+
+any_running() { for a in "${assign[@]}"; do running "${a%%:*}" && return 0; done; return 1; }
 end=$((SECONDS + wait_s))
-while pgrep -f "graphmode.profiling profile" >/dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
-pgrep -f "graphmode.profiling profile" >/dev/null && echo "profiler still running" || echo "profiler finished"
+while any_running && [ $SECONDS -lt $end ]; do sleep 5; done
+any_running && echo "profilers still running" || echo "profilers finished"
+
 if [ -n "${OUT:-}" ]; then
-  python3 - "$ds" "$OUT/$shape.sqlite" <<'PY'
+  for a in "${assign[@]}"; do
+    shape="${a%%:*}"
+    python3 - "$work/$shape.sqlite" "$OUT/$shape.sqlite" <<'PY'
 import sqlite3, sys
 src = sqlite3.connect(sys.argv[1]); dst = sqlite3.connect(sys.argv[2]); src.backup(dst); dst.close()
 PY
-  cp "$work/profile-$shape.out" "$OUT/" 2>/dev/null
-  tar -C "$work" -czf "$OUT/logs-$shape.tgz" logs 2>/dev/null
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.csv" 2>/dev/null
+    cp "$work/profile-$shape.out" "$OUT/" 2>/dev/null
+    tar -C "$work" -czf "$OUT/logs-$shape.tgz" "logs-$shape" 2>/dev/null
+  done
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total,uuid --format=csv > "$OUT/gpu.csv" 2>/dev/null
+  if ! any_running; then
+    have=(); for c in "${caches[@]}"; do [ -e "$c" ] && have+=("${c#/}"); done
+    if [ ${#have[@]} -gt 0 ]; then
+      tar -C / -czf "$work/compile-cache.tgz" "${have[@]}" 2>/dev/null
+      size=$(stat -c %s "$work/compile-cache.tgz")
+      echo "compile cache: $((size / 1048576)) MiB"
+      [ "$size" -lt 16000000 ] && cp "$work/compile-cache.tgz" "$OUT/"
+    fi
+  fi
 fi
-tail -n 40 "$work/profile-$shape.out"
+for a in "${assign[@]}"; do echo "== ${a%%:*}"; tail -n 15 "$work/profile-${a%%:*}.out"; done

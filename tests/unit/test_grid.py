@@ -59,7 +59,8 @@ def test_default_grid_covers_the_space() -> None:
             cell = [w for w in ws if w.rate == rate and w.burstiness == burst]
             assert any(w in prefill_heavy for w in cell) and any(w in decode_heavy for w in cell), (rate, burst)
     # the grid's defaults reached every workload
-    assert all(w.duration_s == 12 and w.warmup_s == 3 and w.repeats == 1 for w in ws)
+    assert all(w.duration_s == 6 and w.warmup_s == 5 and w.repeats == 1 for w in ws)
+    assert all(w.adaptive is not None and w.adaptive.ci == {"itl_p50": 0.03, "ttft_p50": 0.10} for w in ws)
 
 
 def test_default_grid_matrix_names() -> None:
@@ -68,15 +69,17 @@ def test_default_grid_matrix_names() -> None:
         assert expected in names
 
 
-def test_slice1_workloads_hash_like_the_default_grid() -> None:
-    """What makes --resume count slice-1 cells done when profiling the default grid afterwards."""
+def test_pilot_slice1_shares_names_not_specs_with_the_adaptive_default_grid() -> None:
+    """The pilot's fixed 12-s windows are another measurement: --resume must not count them done."""
     default = {w.name: w for w in load_grid(DEFAULT_GRID).workloads}
     slice1 = load_grid(SLICE1)
     assert slice1.name == "h200-slice1"
     assert len(slice1.workloads) >= 4
     for w in slice1.workloads:
         assert w.name in default, w.name
-        assert w.spec_hash() == default[w.name].spec_hash(), w.name
+        assert w.adaptive is None and w.spec_hash() != default[w.name].spec_hash(), w.name
+        fixed = default[w.name].model_copy(update={"adaptive": None, "duration_s": 12.0, "warmup_s": 3.0})
+        assert w.spec_hash() == fixed.spec_hash(), w.name  # adding the field left old hashes alone
     assert {w.name: w.repeats for w in slice1.workloads}["chat-r8-b1"] == 2
 
 

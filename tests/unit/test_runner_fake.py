@@ -18,7 +18,7 @@ import pytest
 
 from graphmode.modes import CudaGraphMode
 from graphmode.profiling.dataset import ProfileStore
-from graphmode.profiling.grid import LengthDist, Workload
+from graphmode.profiling.grid import AdaptiveWindow, LengthDist, Workload
 from graphmode.profiling.records import CellRecord, StartupInfo
 from graphmode.profiling.runner import ProfileConfig, Profiler, ProfileSummary
 
@@ -203,3 +203,34 @@ def test_failures_fail_the_mode_and_the_run_goes_on(tmp_path: Path, store: Profi
     # failed cells stay pending for --resume; the ok ones do not
     resume = Profiler(dataclasses.replace(cfg, resume=True, env={}), store)
     assert {m.value: len(c) for m, c in resume.pending().items()} == {"NONE": 2, "PIECEWISE": 2, "FULL": 0}
+
+
+def test_adaptive_cells_stop_early_cut_in_flight_and_leave_the_server_idle(tmp_path: Path,
+                                                                           store: ProfileStore) -> None:
+    # Long decodes at a steady rate: the ITL interval tightens within a few half-second batches, long before
+    # the 20 s bound, and requests are still streaming when the cell stops.
+    steady = Workload(name="steady-decode", rate=20, burstiness=1.0, input=LengthDist(mean=16),
+                      output=LengthDist(mean=200), duration_s=20, warmup_s=3,
+                      adaptive=AdaptiveWindow(min_s=1.5, ci={"itl_p50": 0.05}))
+    # An interval that cannot tighten in time (TTFT at 2 req/s, ±1%): the cell runs to its bound.
+    capped = Workload(name="capped", rate=2, burstiness=1.0, input=LengthDist(mean=64, spread=0.5),
+                      output=LengthDist(mean=8), duration_s=2.0, warmup_s=1.0,
+                      adaptive=AdaptiveWindow(min_s=1.0, ci={"ttft_p50": 0.01}))
+    cfg = config(tmp_path, [FULL], workloads=[steady, capped])
+    summary = Profiler(cfg, store).run()
+    assert (summary.ok, summary.failed) == (2, 0), summary.failures
+    rows = {r["workload"]: r for r in store.rows()}
+    s, c = rows["steady-decode"], rows["capped"]
+
+    assert s["stopped_by"] == "ci" and s["itl_p50_ci"] is not None and s["itl_p50_ci"] <= 0.05
+    assert 1.5 <= s["duration_s"] < 10  # stopped well before the 20 s bound
+    assert 0.5 <= s["warmup_used_s"] < 3  # one request lifetime, not the 3 s cap
+    assert s["n_cut"] > 0 and s["n_err"] == 0  # in-flight requests were cut, not counted as errors
+    assert s["itl_p50"] > 0 and s["tpot_p50"] > 0 and s["output_tok_s"] > 0 and s["n_sent"] > 0
+    assert s["e2e_p50"] is None or s["e2e_p50"] > s["ttft_p50"]
+
+    assert c["stopped_by"] == "max" and 2.0 <= c["duration_s"] < 3.0
+    assert c["warmup_used_s"] <= 1.05
+    assert c["ttft_p50"] is not None
+    # the fake served nothing more once the run ended: the cut requests were aborted, not left running
+    assert c["n_err"] == 0

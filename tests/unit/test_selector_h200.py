@@ -11,7 +11,7 @@ from graphmode.selector import Recommender, WorkloadDescription, list_models
 from graphmode.selector.train import train
 
 REPO = Path(__file__).resolve().parents[2]
-H200 = REPO / "models" / "profiles" / "h200-llama-3.2-1b.sqlite"
+H200 = REPO / "models" / "profiles" / "pilot" / "h200-llama-3.2-1b-fixed12s.sqlite"
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from graphmode import __version__
-from graphmode.cli import launch_cmd, profile_cmd, recommend_cmd, serve_cmd, train_cmd, watch_cmd
+from graphmode.cli import launch_cmd, profile_cmd, recommend_cmd, report_cmd, serve_cmd, train_cmd, watch_cmd
 
 app = typer.Typer(
     name="graphmode",
@@ -20,6 +20,7 @@ recommend_cmd.register(app)
 launch_cmd.register(app)
 watch_cmd.register(app)
 serve_cmd.register(app)
+report_cmd.register(app)
 
 
 def _version(value: bool) -> None:
@@ -31,4 +32,4 @@ def _version(value: bool) -> None:
 @app.callback()
 def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                       help="Print the version and exit.")) -> None:
-    """graphmode: profile, train, recommend, serve, launch, watch."""
+    """graphmode: profile, train, recommend, serve, launch, watch, report."""

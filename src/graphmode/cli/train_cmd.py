@@ -155,7 +155,10 @@ def _print_result(res: TrainResult, as_json: bool) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
-        dataset: Annotated[Path, typer.Option("--dataset", help="Profile dataset (SQLite) to train on.")],
+        dataset: Annotated[
+            list[Path],
+            typer.Option("--dataset", help="Profile dataset (SQLite) to train on. Repeatable: rows are merged."),
+        ],
         out: Annotated[
             Path | None,
             typer.Option("--out", help="Model folder. Default: models/<derived from fingerprint>."),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from typing import Any
 
@@ -28,6 +29,31 @@ def _str(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def visible_indices() -> list[int]:
+    """NVML indices of the GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs) or all.
+
+    NVML ignores that variable, so without this a profiler pinned to GPU 1 would read GPU 0's name and
+    add every GPU's memory (another profiler's included) to its own.
+    """
+    count = pynvml.nvmlDeviceGetCount()
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if raw is None or not raw.strip():
+        return list(range(count))
+    uuids = {_str(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))): i for i in range(count)}
+    out: list[int] = []
+    for item in raw.split(","):
+        item = item.strip()
+        if item.isdigit() and int(item) < count:
+            out.append(int(item))
+        elif item.startswith("GPU-"):
+            match = [i for u, i in uuids.items() if u.startswith(item)]
+            if match:
+                out.append(match[0])
+        else:
+            break  # CUDA stops at the first invalid entry
+    return out
+
+
 def gpu_facts() -> dict[str, Any]:
     """GPU name, count, memory, driver and CUDA driver version; all None without NVML."""
     facts: dict[str, Any] = {"gpu_name": None, "gpu_count": None, "gpu_memory_gib": None,
@@ -35,13 +61,13 @@ def gpu_facts() -> dict[str, Any]:
     if not _init():
         return facts
     try:
-        count = pynvml.nvmlDeviceGetCount()
-        facts["gpu_count"] = count
+        visible = visible_indices()
+        facts["gpu_count"] = len(visible)
         facts["driver_version"] = _str(pynvml.nvmlSystemGetDriverVersion())
         cuda = pynvml.nvmlSystemGetCudaDriverVersion()
         facts["cuda_version"] = f"{cuda // 1000}.{(cuda % 1000) // 10}"
-        if count:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        if visible:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(visible[0])
             facts["gpu_name"] = _str(pynvml.nvmlDeviceGetName(handle))
             facts["gpu_memory_gib"] = round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / _GIB, 2)
     except Exception:
@@ -52,7 +78,7 @@ def gpu_facts() -> dict[str, Any]:
 
 
 class MemorySampler:
-    """Samples used GPU memory (all devices summed) on a thread between ``start()`` and ``stop()``."""
+    """Samples used GPU memory (the visible devices summed) on a thread between ``start()`` and ``stop()``."""
 
     def __init__(self, interval_s: float = 0.5) -> None:
         self.interval_s = interval_s
@@ -60,11 +86,12 @@ class MemorySampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ok = False
+        self._indices: list[int] = []
 
     def _read(self) -> float | None:
         try:
             total = 0
-            for i in range(pynvml.nvmlDeviceGetCount()):
+            for i in self._indices:
                 total += pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used
             return total / _GIB
         except Exception:
@@ -80,6 +107,10 @@ class MemorySampler:
     def start(self) -> MemorySampler:
         self._ok = _init()
         if self._ok:
+            try:
+                self._indices = visible_indices()
+            except Exception:
+                self._indices = []
             self._thread = threading.Thread(target=self._loop, name="gpu-mem", daemon=True)
             self._thread.start()
         return self

@@ -42,6 +42,38 @@ class LengthDist(BaseModel):
         return lo, hi
 
 
+STOP_METRICS = ("itl_p50", "ttft_p50", "tpot_p50")
+
+
+class AdaptiveWindow(BaseModel):
+    """Stop a cell as soon as its metrics are known well enough, instead of after a fixed time.
+
+    With this set, ``warmup_s`` and ``duration_s`` become upper bounds. Warm-up ends when the first
+    request of the cell finishes (one request lifetime, about when an open-loop batch reaches steady
+    state), but not before ``min_warmup_s``. Measurement then runs at least ``min_s`` and stops when the
+    95% confidence interval of every metric in ``ci`` is within that relative half-width (0.03 = ±3%).
+    Requests still in flight at the stop are cancelled (vLLM aborts them), so the next cell starts on an
+    idle server without a drain.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_s: float = Field(default=2.0, gt=0, le=600)
+    min_warmup_s: float = Field(default=0.5, ge=0, le=600)
+    ci: dict[str, float] = Field(default_factory=lambda: {"itl_p50": 0.03, "ttft_p50": 0.10})
+    check_every_s: float = Field(default=0.5, gt=0, le=60)
+
+    @field_validator("ci")
+    @classmethod
+    def _known_metrics(cls, value: dict[str, float]) -> dict[str, float]:
+        for metric, width in value.items():
+            if metric not in STOP_METRICS:
+                raise ValueError(f"ci metric {metric!r} is not one of {', '.join(STOP_METRICS)}")
+            if not 0 < width < 1:
+                raise ValueError(f"ci half-width for {metric} must be in (0, 1), got {width}")
+        return value
+
+
 class Workload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -60,6 +92,7 @@ class Workload(BaseModel):
     slo_ttft_s: float | None = Field(default=None, gt=0)
     slo_itl_s: float | None = Field(default=None, gt=0)
     seed: int = 0
+    adaptive: AdaptiveWindow | None = None
 
     def spec(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -67,10 +100,13 @@ class Workload(BaseModel):
     def spec_hash(self) -> str:
         """Changes whenever anything that shapes the load changes, so --resume never mixes specs."""
         payload = self.model_dump(mode="json", exclude={"repeats"})
+        if payload.get("adaptive") is None:
+            payload.pop("adaptive", None)  # rows measured before adaptive windows existed keep their hash
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
 
     @property
     def expected_requests(self) -> int:
+        """Requests in the longest run (warm-up and window at their bounds)."""
         n = int(self.rate * self.duration_s)
         return min(n, self.max_requests) if self.max_requests else n
 

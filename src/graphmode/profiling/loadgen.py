@@ -4,7 +4,13 @@ Requests leave on their schedule whether or not earlier ones finished (open loop
 concurrency cap makes late ones wait, as ``vllm bench serve --max-concurrency`` does. Prompts are
 token-id lists with ``ignore_eos`` and a fixed ``max_tokens``, so lengths are exact and no tokenizer
 is needed. The whole run is bounded by a deadline; what is still in flight then is cancelled and
-counted as an error.
+counted as an error. A *stop* event ends the run early (an adaptive cell that has seen enough): what
+is in flight then is cancelled and marked ``cut``, not counted as an error.
+
+The client is aiohttp, and a chunk's tokens are counted from its ``"token_ids":[...]`` list without
+parsing the JSON: at ~150 concurrent streams an httpx client parsing every chunk fell behind the
+server (chunks arrived coalesced, so pooled inter-token latency collapsed). JSON is parsed only when
+the fast path cannot answer.
 """
 
 from __future__ import annotations
@@ -15,10 +21,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import httpx
+import aiohttp
 
 from graphmode.profiling.arrivals import PlannedRequest
 from graphmode.profiling.stats import RequestResult
+
+_IDS = b'"token_ids":['
+_USAGE = b'"usage":{'
 
 
 def _request_body(model: str, plan: PlannedRequest) -> dict[str, Any]:
@@ -47,49 +56,76 @@ def _tokens_in_chunk(chunk: dict[str, Any]) -> int:
     return n
 
 
-async def _one_request(client: httpx.AsyncClient, url: str, model: str, plan: PlannedRequest,
+def count_tokens(data: bytes) -> tuple[int, int | None]:
+    """(tokens in this SSE data payload, completion_tokens from a usage block or None)."""
+    usage: int | None = None
+    if _USAGE in data or _IDS not in data:
+        chunk = json.loads(data)
+        u = chunk.get("usage")
+        if isinstance(u, dict) and isinstance(u.get("completion_tokens"), int):
+            usage = u["completion_tokens"]
+        return _tokens_in_chunk(chunk), usage
+    n = 0
+    pos = data.find(_IDS)
+    while pos >= 0:
+        a = pos + len(_IDS)
+        b = data.index(b"]", a)
+        if b > a:
+            n += data.count(b",", a, b) + 1
+        pos = data.find(_IDS, b)
+    return n, usage
+
+
+async def _one_request(session: aiohttp.ClientSession, url: str, model: str, plan: PlannedRequest,
                        result: RequestResult) -> None:
     start = time.perf_counter()
+    result.started_at = start
     last = start
     usage_tokens: int | None = None
     counted = 0
     try:
-        async with client.stream("POST", url, json=_request_body(model, plan)) as resp:
-            if resp.status_code != 200:
-                body = (await resp.aread()).decode(errors="replace")
-                result.error = f"HTTP {resp.status_code}: {body[:300]}"
+        async with session.post(url, json=_request_body(model, plan)) as resp:
+            if resp.status != 200:
+                body = (await resp.read()).decode(errors="replace")
+                result.error = f"HTTP {resp.status}: {body[:300]}"
                 return
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
+            async for raw in resp.content:
+                if not raw.startswith(b"data:"):
                     continue
-                data = line[5:].strip()
-                if data == "[DONE]":
+                data = raw[5:].strip()
+                if data == b"[DONE]":
                     break
-                chunk = json.loads(data)
-                if chunk.get("usage"):
-                    usage_tokens = chunk["usage"].get("completion_tokens", usage_tokens)
-                n = _tokens_in_chunk(chunk)
+                n, usage = count_tokens(data)
+                if usage is not None:
+                    usage_tokens = usage
                 if n == 0:
                     continue
                 now = time.perf_counter()
                 if counted == 0:
                     result.ttft = now - start
+                    result.first_at = now
                 else:
                     # A chunk carrying k tokens spreads its gap over them, as the user saw them arrive.
                     result.itls.extend([(now - last) / n] * n)
+                    result.itl_at.extend([now] * n)
+                result.chunk_at.append(now)
+                result.chunk_n.append(n)
                 counted += n
                 result.chunks += 1
                 last = now
-        result.e2e = time.perf_counter() - start
+        result.done_at = time.perf_counter()
+        result.e2e = result.done_at - start
         result.output_tokens = usage_tokens if usage_tokens is not None else counted
         if result.output_tokens != plan.max_tokens:
             result.error = f"asked {plan.max_tokens} tokens, got {result.output_tokens}"
             return
         result.ok = True
     except asyncio.CancelledError:
-        result.error = "cancelled at the run's deadline"
+        result.output_tokens = counted
+        if result.error is None:
+            result.error = "cancelled at the run's deadline"
         raise
-    except (httpx.HTTPError, json.JSONDecodeError, OSError) as exc:
+    except (aiohttp.ClientError, json.JSONDecodeError, ValueError, OSError, TimeoutError) as exc:
         result.error = f"{type(exc).__name__}: {exc}"[:300]
 
 
@@ -97,35 +133,56 @@ async def run_load(base_url: str, model: str, plans: Sequence[PlannedRequest], *
                    max_concurrency: int | None = None, deadline_s: float,
                    connect_timeout_s: float = 5.0, read_timeout_s: float = 300.0,
                    on_done: Callable[[RequestResult], None] | None = None,
-                   t0: float | None = None) -> list[RequestResult]:
-    """Send *plans* open-loop from *t0* (perf_counter; now if None); return one result per plan, in order."""
-    url = base_url.rstrip("/") + "/v1/completions"
-    timeout = httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s, write=30.0, pool=None)
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
-    sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
-    results = [RequestResult(sent_at=p.at_s, input_tokens=len(p.prompt), max_tokens=p.max_tokens) for p in plans]
-    start = time.perf_counter() if t0 is None else t0
+                   t0: float | None = None, stop: asyncio.Event | None = None,
+                   results: list[RequestResult] | None = None) -> list[RequestResult]:
+    """Send *plans* open-loop from *t0* (perf_counter; now if None); return one result per plan, in order.
 
-    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+    Pass *results* (empty) to watch them fill while the load runs; *stop* ends the run early.
+    """
+    url = base_url.rstrip("/") + "/v1/completions"
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
+    sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    if results is None:
+        results = []
+    results[:] = [RequestResult(sent_at=p.at_s, input_tokens=len(p.prompt), max_tokens=p.max_tokens) for p in plans]
+    start = time.perf_counter() if t0 is None else t0
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector, read_bufsize=2**20) as session:
 
         async def fire(plan: PlannedRequest, result: RequestResult) -> None:
             delay = start + plan.at_s - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             if sem is None:
-                await _one_request(client, url, model, plan, result)
+                await _one_request(session, url, model, plan, result)
             else:
                 async with sem:
-                    await _one_request(client, url, model, plan, result)
+                    await _one_request(session, url, model, plan, result)
             if on_done is not None:
                 on_done(result)
 
         tasks = [asyncio.create_task(fire(p, r)) for p, r in zip(plans, results, strict=True)]
-        remaining = start + deadline_s - time.perf_counter()
-        _, pending = await asyncio.wait(tasks, timeout=max(remaining, 0.0))
+        remaining = max(start + deadline_s - time.perf_counter(), 0.0)
+        if stop is None:
+            _, pending = await asyncio.wait(tasks, timeout=remaining)
+        else:
+            stopper: asyncio.Future[Any] = asyncio.create_task(stop.wait())
+            everything: asyncio.Future[Any] = asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.wait({stopper, everything}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            everything.cancel()  # cancels only what is still running; results are read from *results*
+            pending = {t for t in tasks if not t.done()}
+            if stop.is_set():
+                for r in results:
+                    if r.started_at is not None and not r.ok and r.error is None:
+                        r.cut = True
+                        r.error = "cut: the cell had measured enough"
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        if stop is not None:
+            await asyncio.gather(stopper, everything, return_exceptions=True)
     for r in results:
         if not r.ok and r.error is None:
             r.error = "not sent or cancelled before the run's deadline"

@@ -69,6 +69,13 @@ class LatencyStats(_Flat):
     sent_input_tokens_mean: float | None = None
     sent_output_tokens_mean: float | None = None
     first_error: str | None = None
+    # Adaptive windows (Workload.adaptive): how the cell ended and how sure its metrics are.
+    warmup_used_s: float | None = Field(None, description="warm-up actually spent before the window")
+    stopped_by: str | None = Field(None, description="'ci' (intervals tight), 'max' (duration_s) or 'fixed'")
+    n_cut: int | None = Field(None, description="requests still in flight at the stop, cancelled")
+    itl_p50_ci: float | None = Field(None, description="95% CI half-width of itl_p50, relative")
+    ttft_p50_ci: float | None = Field(None, description="95% CI half-width of ttft_p50, relative")
+    tpot_p50_ci: float | None = Field(None, description="95% CI half-width of tpot_p50, relative")
 
 
 class StartupInfo(_Flat):

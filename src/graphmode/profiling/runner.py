@@ -32,7 +32,7 @@ from graphmode.profiling.grid import Workload
 from graphmode.profiling.loadgen import run_load
 from graphmode.profiling.metrics import MetricsSnapshot, parse_metrics
 from graphmode.profiling.records import CellRecord, CellStatus, Fingerprint, StartupInfo
-from graphmode.profiling.stats import RequestResult, aggregate
+from graphmode.profiling.stats import RequestResult, WindowMonitor, aggregate, aggregate_window
 from graphmode.vllm_args import compilation_config_of, model_arg, without_flags
 
 DEFAULT_VOCAB = 1000  # safe for any real tokenizer when config.json is not readable
@@ -70,6 +70,7 @@ class ProfileConfig:
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 300.0
     drain_grace_s: float = 30.0
+    idle_timeout_s: float = 15.0  # before a cell: wait this long at most for the last one's aborts
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -194,23 +195,32 @@ class Profiler:
     def _run_cell(self, server: VllmServer, served: str, vocab: int, mode: CudaGraphMode, workload: Workload,
                   repeat: int, startup: StartupInfo, fingerprint: Fingerprint) -> CellRecord:
         started = time.time()
+        _wait_idle(server, self.config.idle_timeout_s)
         sampler = MemorySampler().start()
         try:
-            outcome = asyncio.run(self._drive(server, served, vocab, workload, repeat))
+            drive = asyncio.run(self._drive(server, served, vocab, workload, repeat))
         finally:
             mem_max, mem_mean = sampler.stop()
-        results, snapshots, t_measure, t_end = outcome
-        measured = [r for r in results if r.sent_at >= workload.warmup_s]
-        ends = [r.sent_at + r.e2e for r in measured if r.ok and r.e2e is not None]
-        span = (max(ends) - workload.warmup_s) if ends else workload.duration_s
-        latency = aggregate(measured, span, slo_ttft_s=workload.slo_ttft_s, slo_itl_s=workload.slo_itl_s)
-        latency.sent_rate = len(measured) / workload.duration_s
-        window = [s for s in snapshots if t_measure <= s.t <= t_end]
+        if workload.adaptive is None:
+            measured = [r for r in drive.results if r.sent_at >= workload.warmup_s]
+            ends = [r.sent_at + r.e2e for r in measured if r.ok and r.e2e is not None]
+            span = (max(ends) - workload.warmup_s) if ends else workload.duration_s
+            latency = aggregate(measured, span, slo_ttft_s=workload.slo_ttft_s, slo_itl_s=workload.slo_itl_s)
+            latency.sent_rate = len(measured) / workload.duration_s
+            latency.stopped_by = "fixed"
+        else:
+            latency = aggregate_window(drive.results, drive.t_measure, drive.t_end,
+                                       slo_ttft_s=workload.slo_ttft_s, slo_itl_s=workload.slo_itl_s)
+            latency.stopped_by = drive.stopped_by
+        latency.warmup_used_s = round(drive.t_measure - drive.t0, 3)
+        window = [s for s in drive.snapshots if drive.t_measure <= s.t <= drive.t_end + self.config.scrape_interval_s]
         features = compute_features(window)
         status: CellStatus = "ok"
         reason = None
-        if latency.n_ok == 0:
+        if workload.adaptive is None and latency.n_ok == 0:
             status, reason = "failed", f"no request succeeded: {latency.first_error}"
+        elif workload.adaptive is not None and not latency.output_tok_s:
+            status, reason = "failed", f"no token arrived in the window: {latency.first_error}"
         return CellRecord(
             run_id=self.run_id, profile_key=self.key, mode=mode.value, workload=workload.name,
             workload_spec=workload.spec(), repeat=repeat, status=status,
@@ -220,52 +230,119 @@ class Profiler:
         )
 
     async def _drive(self, server: VllmServer, served: str, vocab: int, workload: Workload,
-                     repeat: int) -> tuple[list[RequestResult], list[MetricsSnapshot], float, float]:
+                     repeat: int) -> _Drive:
         c = self.config
         total_s = workload.warmup_s + workload.duration_s
         plans = plan_requests(workload.model_copy(update={"duration_s": total_s}), vocab, repeat)
         snapshots: list[MetricsSnapshot] = []
         t0 = time.perf_counter()
-        t_measure, t_end = t0 + workload.warmup_s, t0 + total_s
-        stop = asyncio.Event()
+        drive = _Drive(t0=t0, t_measure=t0 + workload.warmup_s, t_end=t0 + total_s, snapshots=snapshots)
+        stop = asyncio.Event()  # ends the load (adaptive cells)
+        finished = asyncio.Event()  # ends the helpers
 
         async def scrape_loop() -> None:
             async with httpx.AsyncClient(timeout=httpx.Timeout(c.connect_timeout_s, read=10.0)) as client:
                 # Runs until just past the window's end so the last sample brackets it.
-                while not stop.is_set():
+                while not finished.is_set():
                     with contextlib.suppress(httpx.HTTPError, ScrapeError):
                         resp = await client.get(server.base_url + "/metrics")
                         snapshots.append(parse_metrics(resp.text, time.perf_counter()))
-                    if time.perf_counter() > t_end + c.scrape_interval_s:
+                    if time.perf_counter() > drive.t_end + c.scrape_interval_s:
                         return
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), c.scrape_interval_s)
+                        await asyncio.wait_for(finished.wait(), c.scrape_interval_s)
 
         async def watchdog() -> None:
-            while not stop.is_set():
+            while not finished.is_set():
                 server.check_alive()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 1.0)
+                    await asyncio.wait_for(finished.wait(), 1.0)
 
         scraper = asyncio.create_task(scrape_loop())
         guard = asyncio.create_task(watchdog())
+        adaptive = workload.adaptive
         load = asyncio.create_task(run_load(
             server.base_url, served, plans, max_concurrency=workload.max_concurrency,
-            deadline_s=total_s + max(c.drain_grace_s, workload.duration_s), t0=t0,
+            deadline_s=total_s + (1.0 if adaptive else max(c.drain_grace_s, workload.duration_s)), t0=t0,
             connect_timeout_s=c.connect_timeout_s, read_timeout_s=c.read_timeout_s,
+            stop=stop if adaptive else None, results=drive.results,
         ))
+        waiters = {load, guard}
+        if adaptive is not None:
+            waiters.add(asyncio.create_task(self._control(workload, drive, stop)))
         try:
-            done, _ = await asyncio.wait({load, guard}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             if guard in done:
                 load.cancel()
                 await asyncio.gather(load, return_exceptions=True)
                 guard.result()  # raises EngineDiedError
-            results = load.result()
+            await load
+            for task in waiters - {load, guard}:
+                await task
             server.check_alive()
         finally:
-            stop.set()
-            await asyncio.gather(scraper, guard, return_exceptions=True)
-        return results, snapshots, t_measure, t_end
+            finished.set()
+            for task in waiters - {load, guard}:
+                task.cancel()
+            await asyncio.gather(scraper, guard, *(waiters - {load, guard}), return_exceptions=True)
+        return drive
+
+    @staticmethod
+    async def _control(workload: Workload, drive: _Drive, stop: asyncio.Event) -> None:
+        """Decide when warm-up ends and when the window has measured enough; then set *stop*."""
+        adaptive = workload.adaptive
+        assert adaptive is not None
+        t0, results = drive.t0, drive.results
+        # Warm-up: one request lifetime (the first to finish), within [min_warmup_s, warmup_s].
+        while True:
+            now = time.perf_counter()
+            firsts = [r.done_at for r in results if r.done_at is not None]
+            if now >= t0 + workload.warmup_s or (firsts and now >= t0 + adaptive.min_warmup_s):
+                break
+            await asyncio.sleep(0.05)
+        drive.t_measure = time.perf_counter()
+        monitor = WindowMonitor(drive.t_measure)
+        hard_end = drive.t_measure + workload.duration_s
+        drive.t_end = hard_end
+        await asyncio.sleep(adaptive.min_s)
+        while True:
+            now = time.perf_counter()
+            monitor.update(results, now)
+            widths = {m: monitor.ci(m) for m in adaptive.ci}
+            if all(w is not None and w <= adaptive.ci[m] for m, w in widths.items()):
+                drive.stopped_by = "ci"
+                break
+            if now >= hard_end:
+                drive.stopped_by = "max"
+                break
+            await asyncio.sleep(min(adaptive.check_every_s, max(hard_end - now, 0.01)))
+        drive.t_end = time.perf_counter()
+        stop.set()
+
+
+@dataclass
+class _Drive:
+    """One cell's load as it ran: results fill in while it runs; window bounds are perf_counter times."""
+
+    t0: float
+    t_measure: float
+    t_end: float
+    snapshots: list[MetricsSnapshot]
+    results: list[RequestResult] = field(default_factory=list)
+    stopped_by: str = "max"
+
+
+def _wait_idle(server: VllmServer, timeout_s: float) -> None:
+    """Wait until vLLM reports no running or waiting request (aborts of the last cell have landed)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            snap = parse_metrics(httpx.get(server.base_url + "/metrics", timeout=5.0).text, 0.0)
+        except (httpx.HTTPError, ScrapeError):
+            return
+        if not (snap.num_requests_running or 0) and not (snap.num_requests_waiting or 0):
+            return
+        time.sleep(0.1)
 
 
 def _served_model(server: VllmServer) -> str | None:

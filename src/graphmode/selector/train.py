@@ -68,13 +68,20 @@ def derive_model_id(ts: TrainingSet) -> str:
     return f"{_slug(fp.gpu_name or 'nogpu')}-vllm{_slug(fp.vllm_version or 'unknown')}-{key}"
 
 
-def load_rows(dataset: Path) -> tuple[list[dict[str, object]], int]:
-    with ProfileStore(dataset, readonly=True) as store:
-        return store.rows(status="ok"), store.count()
+def load_rows(dataset: Path | Sequence[Path]) -> tuple[list[dict[str, object]], int]:
+    """Ok rows of one dataset or several (e.g. one per model shape), and how many rows they hold in all."""
+    paths = [dataset] if isinstance(dataset, Path) else list(dataset)
+    rows: list[dict[str, object]] = []
+    total = 0
+    for path in paths:
+        with ProfileStore(path, readonly=True) as store:
+            rows.extend(store.rows(status="ok"))
+            total += store.count()
+    return rows, total
 
 
 def train(
-    dataset: Path | str,
+    dataset: Path | str | Sequence[Path | str],
     out_dir: Path | str | None = None,
     *,
     models_dir: Path | str | None = None,
@@ -88,10 +95,15 @@ def train(
     random_state: int = 0,
     progress: Progress | None = None,
 ) -> TrainResult:
-    """Train a model on ``dataset`` and save it to ``out_dir`` (default: ``models_dir/<derived id>``)."""
+    """Train a model on ``dataset`` (one file or several, merged) and save it to ``out_dir``
+    (default: ``models_dir/<derived id>``)."""
     say = progress or (lambda _m: None)
-    dataset = Path(dataset)
-    rows, total = load_rows(dataset)
+    paths = [Path(dataset)] if isinstance(dataset, str | Path) else [Path(d) for d in dataset]
+    if not paths:
+        raise DatasetError("no dataset given")
+    if len({p.resolve() for p in paths}) != len(paths):
+        raise DatasetError("the same dataset is given twice: its rows would count double")
+    rows, total = load_rows(paths)
     ts = build_training_set(
         rows, fingerprint_key=fingerprint_key, profile_key=profile_key, n_rows_total=total
     )
@@ -99,7 +111,7 @@ def train(
     if objective.metric not in ts.metrics:
         raise ObjectiveError(
             f"the default objective's metric {objective.metric} was never measured in "
-            f"{dataset} (measured: {', '.join(ts.metrics)}); pass another --objective"
+            f"{', '.join(map(str, paths))} (measured: {', '.join(ts.metrics)}); pass another --objective"
         )
     evaluated = [Objective(metric=m) for m in eval_metrics if m in ts.metrics and m != objective.metric]
     say(
@@ -153,8 +165,10 @@ def train(
     ds_file: str | None = None
     if copy_dataset:
         target = out / DATASET_FILE
-        if dataset.resolve() != target.resolve():
-            copy_sqlite(dataset, target, profile_key=profile_key)
+        if len(paths) > 1:
+            merge_sqlite(paths, target, profile_key=profile_key)
+        elif paths[0].resolve() != target.resolve():
+            copy_sqlite(paths[0], target, profile_key=profile_key)
         ds_file = DATASET_FILE
     info = save_artifact(model.artifact(), out / ARTIFACT_FILE)
     card = build_card(
@@ -164,7 +178,7 @@ def train(
         objective,
         evaluated,
         model_id=model_id,
-        source=dataset,
+        source=paths[0] if len(paths) == 1 else " + ".join(str(p) for p in paths),
         dataset_file=ds_file,
         checks=checks,
         notes=notes,
@@ -198,6 +212,36 @@ def copy_sqlite(src: Path, dst: Path, *, profile_key: str | None = None) -> None
     except sqlite3.Error as exc:
         tmp.unlink(missing_ok=True)
         raise DatasetError(f"cannot copy {src} to {dst}: {exc}") from exc
+    tmp.replace(dst)
+
+
+def merge_sqlite(sources: Sequence[Path], dst: Path, *, profile_key: str | None = None) -> None:
+    """One dataset holding the rows of several (row ids renumbered); columns missing in one read NULL."""
+    tmp = dst.with_suffix(".sqlite.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        with ProfileStore(tmp) as out:  # creates the current schema
+            del out
+        d = sqlite3.connect(f"file:{tmp}", uri=True, isolation_level=None)
+        try:
+            have = [r[1] for r in d.execute("PRAGMA table_info(cells)") if r[1] != "id"]
+            for i, src in enumerate(sources):
+                d.execute(f"ATTACH DATABASE ? AS s{i}", (f"file:{src}?mode=ro",))
+                theirs = {r[1] for r in d.execute(f"PRAGMA s{i}.table_info(cells)")}
+                cols = [c for c in have if c in theirs]
+                names = ", ".join(f'"{c}"' for c in cols)
+                where = " WHERE profile_key = ?" if profile_key else ""
+                d.execute(f"INSERT INTO cells ({names}) SELECT {names} FROM s{i}.cells{where} ORDER BY id",
+                          (profile_key,) if profile_key else ()).close()
+                d.execute(f"DETACH DATABASE s{i}")
+        finally:
+            d.close()
+        with sqlite3.connect(tmp) as d:
+            d.execute("PRAGMA journal_mode=DELETE")
+            d.execute("VACUUM")
+    except sqlite3.Error as exc:
+        tmp.unlink(missing_ok=True)
+        raise DatasetError(f"cannot merge {', '.join(map(str, sources))} into {dst}: {exc}") from exc
     tmp.replace(dst)
 
 
@@ -276,7 +320,7 @@ def build_card(
     evaluated: list[Objective],
     *,
     model_id: str,
-    source: Path,
+    source: Path | str,
     dataset_file: str | None,
     checks: list[DescribeCheck],
     notes: list[str],

@@ -1,0 +1,65 @@
+"""``graphmode report``: a self-contained HTML report of profile datasets and the trained model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from graphmode.cli.common import handle_errors
+from graphmode.errors import ConfigError
+
+console = Console(stderr=True)
+SIZE_WARN_BYTES = 10 * 1024 * 1024
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def report(
+        dataset: Annotated[
+            list[Path] | None,
+            typer.Option("--dataset", help="Profile dataset (SQLite). Repeatable. "
+                                           "Default: <models-dir>/profiles/*.sqlite."),
+        ] = None,
+        model_dir: Annotated[
+            Path | None,
+            typer.Option("--model-dir", help="Model folder (card.json, model.skops, cv.json). Default: the "
+                                             "registry's model for the data's GPU and vLLM, as recommend picks it."),
+        ] = None,
+        models_dir: Annotated[
+            Path | None, typer.Option("--models-dir", help="Registry root (default: settings).")
+        ] = None,
+        no_model: Annotated[
+            bool, typer.Option("--no-model", help="Leave the model out: no decision map, no CV table.")
+        ] = False,
+        out: Annotated[Path, typer.Option("--out", help="HTML file to write.")] = Path("report.html"),
+        grid_points: Annotated[
+            int, typer.Option("--grid-points", min=4, max=200, help="Decision-map grid points per axis.")
+        ] = 36,
+        title: Annotated[str | None, typer.Option("--title", help="Page title.")] = None,
+    ) -> None:
+        """Write one HTML file (plotly inlined, opens offline): what was measured, which mode wins, the
+        model's decision map, latency vs graph memory vs start-up, CV, noise and ties, failed cells."""
+        from graphmode.report import build_report, default_datasets
+        from graphmode.selector.registry import default_models_dir
+
+        with handle_errors():
+            if no_model and model_dir is not None:
+                raise ConfigError("--no-model and --model-dir contradict each other")
+            root = models_dir or default_models_dir()
+            paths, note = (list(dataset), None) if dataset else default_datasets(root)
+            res = build_report(paths, out, model_dir=model_dir, models_dir=root, use_model=not no_model,
+                               grid_points=grid_points, title=title, notes=[note] if note else [])
+            for note in res.notes:
+                console.print(f"[yellow]note:[/] {note}", highlight=False)
+            size = res.bytes / 1024 / 1024
+            model = res.model.model_id if res.model else "no model"
+            console.print(
+                f"[bold green]report[/] → {res.out} ({size:.1f} MB): {len(res.data.shapes)} shapes, "
+                f"{res.data.n_ok} ok cells, {len(res.data.failed)} failed; {model}",
+                highlight=False,
+            )
+            if res.bytes > SIZE_WARN_BYTES:
+                console.print(f"[yellow]note:[/] the report is {size:.1f} MB (over 10 MB)", highlight=False)

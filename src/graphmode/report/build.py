@@ -1,0 +1,113 @@
+"""``graphmode report`` end to end: datasets (+ model) → data → figures → one HTML file."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from graphmode.errors import DatasetError
+from graphmode.report.data import ReportData, headline, load_report_data, pareto
+from graphmode.report.decision import DEFAULT_GRID_POINTS, LoadedModel, decision_maps, default_model_folder, load_model
+
+
+@dataclass
+class ReportResult:
+    out: Path
+    bytes: int
+    data: ReportData
+    model: LoadedModel | None
+    notes: list[str] = field(default_factory=list)
+
+
+def default_datasets(models_dir: Path) -> tuple[list[Path], str | None]:
+    """``<models_dir>/profiles/*.sqlite``, else the ones in its subfolders (e.g. ``pilot/``), with a note.
+
+    DatasetError when there is none at all.
+    """
+    root = models_dir / "profiles"
+    found = sorted(root.glob("*.sqlite"))
+    if found:
+        return found, None
+    nested = sorted(root.glob("*/**/*.sqlite"))
+    if nested:
+        names = ", ".join(str(p.relative_to(root)) for p in nested)
+        return nested, f"no dataset directly under {root}; using the ones in its subfolders: {names}"
+    raise DatasetError(f"no profile datasets under {root}: pass --dataset PATH")
+
+
+def build_report(
+    datasets: Sequence[Path],
+    out: Path,
+    *,
+    model_dir: Path | None = None,
+    models_dir: Path | None = None,
+    use_model: bool = True,
+    grid_points: int = DEFAULT_GRID_POINTS,
+    title: str | None = None,
+    generated: _dt.datetime | None = None,
+    notes: Sequence[str] = (),
+) -> ReportResult:
+    """Write the report for ``datasets`` to ``out``.
+
+    ``model_dir`` names the model folder; without it the registry under ``models_dir`` picks the model
+    ``graphmode recommend`` would use for the data's GPU and vLLM (none there: the decision map and the CV
+    table are skipped with a note). ``use_model=False`` skips the model altogether.
+    """
+    from graphmode.report import figures, html
+
+    figures.plotly_modules()  # a clear error before any work when plotly is missing
+    from plotly.offline import get_plotlyjs
+    shapes_dir = (models_dir / "shapes") if models_dir is not None else None
+    data = load_report_data(datasets, shapes_dir=shapes_dir)
+    notes = [*notes, *data.notes]
+    model: LoadedModel | None = None
+    if use_model:
+        folder = model_dir
+        if folder is None and models_dir is not None:
+            folder = default_model_folder(models_dir, data)
+            if folder is None:
+                notes.append(f"no trained model under {models_dir}: decision map and CV skipped")
+        if folder is not None:
+            model = load_model(folder)
+            c = model.card
+            hosts = {(h.gpu_name, h.vllm_version) for h in data.hosts}
+            if (c.gpu_name, c.vllm_version) not in hosts:
+                notes.append(f"model {c.model_id} was trained on {c.gpu_name}, vLLM {c.vllm_version}; "
+                             "the datasets come from "
+                             + "; ".join(f"{g}, vLLM {v}" for g, v in sorted(hosts, key=str)))
+            if c.dataset.rows_sha256 and c.dataset.rows_used != data.n_ok:
+                notes.append(f"model {c.model_id} was trained on {c.dataset.rows_used} ok rows; the datasets "
+                             f"here hold {data.n_ok}: retrain to include them")
+    else:
+        notes.append("model skipped (--no-model): no decision map, no CV table")
+
+    head = headline(data)
+    bars = [(s, figures.workload_figure(s)) for s in data.shapes if s.workloads]
+    maps = decision_maps(model, data, points=grid_points) if model is not None else []
+    map_fig = figures.decision_figure(maps, data.modes or None) if maps else None
+    points = pareto(data)
+    pareto_fig = (figures.pareto_figure(points)
+                  if any(p.graph_gib is not None and any(v is not None for v in p.rel.values()) for p in points)
+                  else None)
+    text = html.page(
+        data=data,
+        headline=head,
+        bar_figures=bars,
+        model=model,
+        maps=maps,
+        map_figure=map_fig,
+        pareto_points=points,
+        pareto_fig=pareto_fig,
+        plotly_js=get_plotlyjs(),
+        notes=notes,
+        title=title,
+        generated=generated,
+    )
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out)
+    return ReportResult(out, len(text.encode("utf-8")), data, model, notes)
