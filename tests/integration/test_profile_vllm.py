@@ -42,7 +42,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def first_run(workdir: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
     dataset = workdir / "profile.sqlite"
-    argv = profile_argv(dataset, workdir / "logs", free_port(), "--workloads", "smooth-prefill,bursty-decode")
+    argv = profile_argv(dataset, workdir / "logs", free_port(), "--workloads", "smooth-prefill,bursty-decode,adaptive-decode")
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
     return proc, dataset
 
@@ -51,14 +51,31 @@ def test_profile_rows_land_with_sane_latencies(first_run: tuple[subprocess.Compl
     proc, dataset = first_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = ok_rows(dataset)
-    assert sorted(r["workload"] for r in rows) == ["bursty-decode", "smooth-prefill"]
+    assert sorted(r["workload"] for r in rows) == ["adaptive-decode", "bursty-decode", "smooth-prefill"]
     for r in rows:
-        assert r["mode"] == "NONE" and r["n_err"] == 0 and r["n_ok"] == r["n_sent"]
+        assert r["mode"] == "NONE" and r["n_err"] == 0
+        assert r["n_ok"] == r["n_sent"] or r["stopped_by"] != "fixed"  # adaptive cells cut what is in flight
         assert 0 < r["ttft_p50"] < 5 and 0 < r["itl_p50"] < 1 and r["e2e_p50"] >= r["ttft_p50"]
         assert r["output_tok_s"] > 0 and r["startup_s"] > 0
         assert r["fp_vllm_version"], "vLLM version missing from the fingerprint"
         assert r["fp_gpu_name"] is None, "no GPU here: GPU fields must be null, not faked"
         assert r["effective_mode"] == "NONE"
+
+
+def test_adaptive_cell_against_real_vllm(first_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    _, dataset = first_run
+    r = next(r for r in ok_rows(dataset) if r["workload"] == "adaptive-decode")
+    assert r["stopped_by"] in ("ci", "max")
+    assert 0.5 <= r["warmup_used_s"] <= 3.05  # one request lifetime, within [min_warmup_s, warmup_s]
+    assert 2.0 <= r["duration_s"] <= 8.6
+    assert r["n_err"] == 0 and r["n_sent"] > 0 and r["n_cut"] is not None
+    # Inter-token gaps as the client saw them agree with each request's mean gap: chunks were read as they
+    # came, not in bursts (a starved client makes ITL p50 collapse far below TPOT).
+    assert 0.5 * r["tpot_p50"] <= r["itl_p50"] <= 2 * r["tpot_p50"]
+    assert r["chunk_tokens_mean"] is not None and r["chunk_tokens_mean"] < 1.5
+    assert r["ttft_p50_ci"] is not None and r["itl_p50_ci"] is not None
+    if r["stopped_by"] == "ci":
+        assert r["itl_p50_ci"] <= 0.05 and r["ttft_p50_ci"] <= 0.15
 
 
 def test_observed_features_match_the_load_sent(first_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
@@ -112,6 +129,7 @@ def test_kill_mid_run_keeps_rows_and_resume_finishes(
                              capture_output=True, text=True, timeout=900, check=False)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     done = {(r["workload"], r["repeat"]) for r in ok_rows(dataset)}
-    expected = {(w, rep) for w in ("smooth-prefill", "bursty-decode", "balanced") for rep in (0, 1)}
+    expected = {(w, rep) for w in ("smooth-prefill", "bursty-decode", "balanced", "adaptive-decode")
+                for rep in (0, 1)}
     assert done == expected
     assert len(ok_rows(dataset)) == len(expected), "resume re-ran cells that were already done"

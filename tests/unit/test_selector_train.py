@@ -397,3 +397,33 @@ def test_classifier_is_distilled_from_the_regressors(trained: tuple[Path, Any]) 
     agree = np.mean([c == d for c, d in zip(model.classify(P), decided, strict=True)])
     assert agree >= 0.8, agree  # exact on the training points; a sample of the box is a wider net
     assert res.report.classifier_agreement_pct is not None
+
+
+def test_one_dataset_per_shape_trains_one_model(tmp_path: Path) -> None:
+    """The campaign keeps one file per model shape; train merges them into one model and one dataset copy."""
+    wls = small_workloads(SMALL[:4])
+    a = write_synthetic_dataset(tmp_path / "a.sqlite", workloads=wls, repeats=1, shapes=(SHAPE_1B,))
+    b = write_synthetic_dataset(tmp_path / "b.sqlite", workloads=wls, repeats=1, shapes=(SHAPE_05B,), seed=1)
+    res = train([a, b], tmp_path / "both")
+    assert len(res.card.shapes) == 2 and res.card.features.uses_shape
+    assert res.training_set.n_rows == len(_rows(a)) + len(_rows(b))
+    assert " + " in res.card.dataset.source
+    merged = _rows(tmp_path / "both" / "dataset.sqlite")
+    assert len(merged) == len(_rows(a)) + len(_rows(b))
+    assert {r["fp_model_config_hash"] for r in merged} == {
+        r["fp_model_config_hash"] for r in _rows(a) + _rows(b)}
+    assert len({r["id"] for r in merged}) == len(merged)  # ids renumbered, none collide
+    with sqlite3.connect(tmp_path / "both" / "dataset.sqlite") as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    # the merged copy is itself a dataset train accepts, and gives the same model id
+    again = train(tmp_path / "both" / "dataset.sqlite", tmp_path / "again", copy_dataset=False)
+    assert again.card.fingerprint_keys == res.card.fingerprint_keys
+    with pytest.raises(DatasetError, match="twice"):
+        train([a, tmp_path / "." / "a.sqlite"], tmp_path / "dup")
+    with pytest.raises(DatasetError, match="no dataset"):
+        train([], tmp_path / "none")
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"not sqlite at all" * 100)
+    with pytest.raises(DatasetError):
+        train([a, bad], tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()

@@ -26,7 +26,13 @@ import numpy as np
 from graphmode.errors import DatasetError
 from graphmode.modes import ALL_MODES, DEFAULT_MODE, parse_mode
 from graphmode.profiling.dataset import ProfileStore
-from graphmode.selector.aggregate import ITL_COALESCED_RATIO, TrainingSet, build_training_set, metric_value
+from graphmode.selector.aggregate import (
+    ITL_COALESCED_RATIO,
+    TrainingSet,
+    build_training_set,
+    finite_number,
+    metric_value,
+)
 from graphmode.selector.featurize import shape_key, shape_of_row
 from graphmode.selector.objective import METRICS, make_objective, regret
 
@@ -292,14 +298,6 @@ def _row_id(r: Mapping[str, Any]) -> tuple[Any, ...]:
             r.get("started_at"), r.get("status"))
 
 
-def _num(v: Any) -> float | None:
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def _spec(r: Mapping[str, Any]) -> dict[str, Any]:
@@ -312,7 +310,7 @@ def _spec(r: Mapping[str, Any]) -> dict[str, Any]:
 
 def _mean_of(spec: Mapping[str, Any], key: str) -> float | None:
     part = spec.get(key)
-    return _num(part.get("mean")) if isinstance(part, Mapping) else _num(part)
+    return finite_number(part.get("mean")) if isinstance(part, Mapping) else finite_number(part)
 
 
 def _mode(r: Mapping[str, Any]) -> str | None:
@@ -340,7 +338,7 @@ def known_shape_names(shapes_dir: Path | None) -> dict[str, str]:
 def shape_labels(shape: Mapping[str, Any], names: Mapping[str, str]) -> tuple[str, str]:
     """(long label, short label) of a model shape."""
     arch = shape.get("model_architecture") or "unknown architecture"
-    p = _num(shape.get("num_params_b"))
+    p = finite_number(shape.get("num_params_b"))
     dims = "×".join(str(shape.get(k)) for k in ("num_layers", "hidden_size") if shape.get(k) is not None)
     detail = ", ".join(x for x in (str(arch), f"{p:.2f}B params" if p else "", f"{dims} layers×hidden" if dims
                                    else "") if x)
@@ -353,7 +351,7 @@ def _host(r: Mapping[str, Any]) -> Host:
     return Host(
         gpu_name=r.get("fp_gpu_name"),
         gpu_count=r.get("fp_gpu_count"),
-        gpu_memory_gib=_num(r.get("fp_gpu_memory_gib")),
+        gpu_memory_gib=finite_number(r.get("fp_gpu_memory_gib")),
         driver_version=r.get("fp_driver_version"),
         cuda_version=r.get("fp_cuda_version"),
         vllm_version=r.get("fp_vllm_version"),
@@ -388,7 +386,7 @@ def load_report_data(paths: Sequence[Path], *, shapes_dir: Path | None = None) -
             reason = str(r.get("reason") or "no reason recorded").strip()
             failed.append(FailedRow(name, shape_labels(shape, names)[1], mode or str(r.get("mode")),
                                     str(r.get("workload")), int(r.get("repeat") or 0), reason,
-                                    _num(r.get("started_at"))))
+                                    finite_number(r.get("started_at"))))
             continue
         if mode is None:
             bad_modes.add(str(r.get("mode")))
@@ -421,7 +419,7 @@ def load_report_data(paths: Sequence[Path], *, shapes_dir: Path | None = None) -
             s.label = f"{s.label} — {s.host.label}"
             s.short = f"{s.short} @ {s.host.gpu_name or '?'}/vLLM {s.host.vllm_version or '?'}"
     shapes.sort(key=lambda s: (s.host.gpu_name or "", s.host.vllm_version or "",
-                               _num(s.shape.get("num_params_b")) or 0.0, s.short))
+                               finite_number(s.shape.get("num_params_b")) or 0.0, s.short))
     present = {m for s in shapes for m in s.modes}
     modes: list[str] = [m.value for m in ALL_MODES if m.value in present]
     for s in shapes:
@@ -459,7 +457,7 @@ def _shape_view(
         feats: dict[str, float | None] = {}
         for fname in ("arrival_rate", "prefill_decode_ratio", "mean_input_tokens", "mean_output_tokens",
                       "batch_mean", "batch_cv", "concurrency_mean"):
-            vals = [v for v in (_num(r.get("obs_" + fname)) for r in urows) if v is not None]
+            vals = [v for v in (finite_number(r.get("obs_" + fname)) for r in urows) if v is not None]
             feats[fname] = float(np.mean(vals)) if vals else None
         cells: dict[str, Cell] = {}
         for r in urows:
@@ -472,21 +470,22 @@ def _shape_view(
                 v = metric_value(r, metric)
                 if v is not None:
                     cell.values.setdefault(metric, []).append(v)
-                    ci = _num(r.get(metric + "_ci"))  # adaptive windows record it; older rows do not
+                    ci = finite_number(r.get(metric + "_ci"))  # adaptive windows record it; older rows do not
                     if ci is not None:
                         cell.ci.setdefault(metric, []).append(ci)
-                elif metric.startswith("itl_") and _num(r.get(metric)) is not None:
+                elif metric.startswith("itl_") and finite_number(r.get(metric)) is not None:
                     dropped = True
             cell.itl_dropped += int(dropped)
-        burst = _num(spec.get("burstiness"))
+        burst = finite_number(spec.get("burstiness"))
         workloads.append(
             WorkloadView(
                 key=key,
                 name=wname,
                 label=wname if len(name_hashes[wname]) == 1 else f"{wname} ({whash[:6]})",
                 spec=spec,
-                rate=_num(spec.get("rate")),
-                burstiness=burst if burst is not None else (1.0 if _num(spec.get("rate")) is not None else None),
+                rate=finite_number(spec.get("rate")),
+                burstiness=burst if burst is not None else (
+                    1.0 if finite_number(spec.get("rate")) is not None else None),
                 input_tokens=_mean_of(spec, "input"),
                 output_tokens=_mean_of(spec, "output"),
                 features=feats,
@@ -509,7 +508,7 @@ def _shape_view(
         rs = [r for r in rows if _mode(r) == m]
         attention[m] = sorted({str(r["attention_backend"]) for r in rs if r.get("attention_backend")})
         runner[m] = sorted({str(r["model_runner"]) for r in rs if r.get("model_runner")})
-    times = [t for r in rows for t in (_num(r.get("started_at")), _num(r.get("finished_at"))) if t]
+    times = [t for r in rows for t in (finite_number(r.get("started_at")), finite_number(r.get("finished_at"))) if t]
     constants: dict[str, dict[str, float | None]] = {}
     starts: dict[str, int] = {}
     for m in modes:
@@ -524,7 +523,7 @@ def _shape_view(
                 v = ts.const_mean[ts.shape_keys.index(skey), ts.modes.index(m), ts.constants.index(c)]
                 constants[m][c] = float(v) if math.isfinite(v) else None
             else:
-                vals = [v for v in (_num(r.get(c)) for r in per_start.values()) if v is not None]
+                vals = [v for v in (finite_number(r.get(c)) for r in per_start.values()) if v is not None]
                 if not vals and m == "NONE" and c in ("capture_s", "graph_gib"):
                     vals = [0.0]  # NONE captures no graphs (as the selector counts it)
                 constants[m][c] = float(np.mean(vals)) if vals else None

@@ -147,6 +147,8 @@ def decision_maps(
     base = model.recommender
     shapes = card.shapes or [{}]
     out: list[DecisionMap] = []
+    all_bursts = sorted({w.burstiness for v in data.shapes for w in v.workloads if w.burstiness is not None},
+                        reverse=True) or [1.0]
     for shape in shapes:
         skey = shape_key(shape) if shape else ""
         views = [s for s in data.shapes if s.key == skey] if shape else list(data.shapes[:1])
@@ -171,7 +173,8 @@ def decision_maps(
         else:
             gs = [_FALLBACK_G] * len(ratios)
         tokens = [(g * math.sqrt(r), g / math.sqrt(r)) for g, r in zip(gs, ratios, strict=True)]
-        bursts = sorted({w.burstiness for w in wl if w.burstiness is not None}, reverse=True) or [1.0]
+        # A model shape this report has no rows for still gets every burstiness the data has.
+        bursts = sorted({w.burstiness for w in wl if w.burstiness is not None}, reverse=True) or all_bursts
         choice: dict[tuple[str, float], list[list[str | None]]] = {}
         for b in bursts:
             grids: dict[str, list[list[str | None]]] = {m: [[None] * len(rates) for _ in ratios] for m in metrics}

@@ -134,7 +134,7 @@ def _f(v: float) -> float | None:
     return float(v) if math.isfinite(v) else None
 
 
-def _num(v: Any) -> float | None:
+def finite_number(v: Any) -> float | None:
     if v is None or isinstance(v, bool):
         return None
     try:
@@ -151,9 +151,9 @@ ITL_COALESCED_RATIO = 0.5
 
 def metric_value(row: Mapping[str, Any], metric: str) -> float | None:
     """A row's measured *metric*, or None where the measurement is known to be unreliable."""
-    value = _num(row.get(metric))
+    value = finite_number(row.get(metric))
     if value is not None and metric.startswith("itl_"):
-        itl50, tpot50 = _num(row.get("itl_p50")), _num(row.get("tpot_p50"))
+        itl50, tpot50 = finite_number(row.get("itl_p50")), finite_number(row.get("tpot_p50"))
         if itl50 is not None and tpot50 and itl50 < ITL_COALESCED_RATIO * tpot50:
             return None
     return value
@@ -246,7 +246,7 @@ def build_training_set(
         wname, whash, shape, skey, spec = unit_meta[key]
         feats: dict[str, float | None] = {}
         for name in OBS_NAMES:
-            vals = [v for v in (_num(r.get("obs_" + name)) for r in unit_rows[key]) if v is not None]
+            vals = [v for v in (finite_number(r.get("obs_" + name)) for r in unit_rows[key]) if v is not None]
             feats[name] = float(np.mean(vals)) if vals else None
         if all(v is None for v in feats.values()):
             notes.append(f"workload {wname} has no observed features in any row; left out")
@@ -299,7 +299,7 @@ def build_training_set(
             starts.setdefault((skey, parse_mode(str(r["mode"])).value, str(r.get("run_id"))), r)
     constants = []
     for c in CONSTANT_METRICS:
-        has = any(_num(r.get(c)) is not None for r in starts.values())
+        has = any(finite_number(r.get(c)) is not None for r in starts.values())
         if has or (c in ("capture_s", "graph_gib") and CudaGraphMode.NONE.value in modes):
             constants.append(c)
     n_s, n_c = len(shape_keys), len(constants)
@@ -310,7 +310,7 @@ def build_training_set(
         for i, mode in enumerate(modes):
             rs = [r for (k, m, _), r in starts.items() if k == skey and m == mode]
             for k, c in enumerate(constants):
-                vals = [v for v in (_num(r.get(c)) for r in rs) if v is not None]
+                vals = [v for v in (finite_number(r.get(c)) for r in rs) if v is not None]
                 if not vals and mode == CudaGraphMode.NONE.value and c in ("capture_s", "graph_gib") and rs:
                     vals = [0.0]
                 if vals:

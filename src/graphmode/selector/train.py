@@ -196,6 +196,13 @@ def _default_models_dir() -> Path:
     return load_settings().selector.models_dir
 
 
+def _compact(path: Path) -> None:
+    """A single-file, vacuumed SQLite database, as committed under models/."""
+    with sqlite3.connect(path) as d:
+        d.execute("PRAGMA journal_mode=DELETE")
+        d.execute("VACUUM")
+
+
 def copy_sqlite(src: Path, dst: Path, *, profile_key: str | None = None) -> None:
     """A consistent copy of a (possibly live) dataset, optionally keeping one profile key's rows only."""
     tmp = dst.with_suffix(".sqlite.tmp")
@@ -206,9 +213,7 @@ def copy_sqlite(src: Path, dst: Path, *, profile_key: str | None = None) -> None
             if profile_key:
                 d.execute("DELETE FROM cells WHERE profile_key != ?", (profile_key,))
                 d.commit()
-        with sqlite3.connect(tmp) as d:
-            d.execute("PRAGMA journal_mode=DELETE")
-            d.execute("VACUUM")
+        _compact(tmp)
     except sqlite3.Error as exc:
         tmp.unlink(missing_ok=True)
         raise DatasetError(f"cannot copy {src} to {dst}: {exc}") from exc
@@ -236,9 +241,7 @@ def merge_sqlite(sources: Sequence[Path], dst: Path, *, profile_key: str | None 
                 d.execute(f"DETACH DATABASE s{i}")
         finally:
             d.close()
-        with sqlite3.connect(tmp) as d:
-            d.execute("PRAGMA journal_mode=DELETE")
-            d.execute("VACUUM")
+        _compact(tmp)
     except sqlite3.Error as exc:
         tmp.unlink(missing_ok=True)
         raise DatasetError(f"cannot merge {', '.join(map(str, sources))} into {dst}: {exc}") from exc
