@@ -87,5 +87,7 @@ def torch_version_of(command: list[str]) -> str | None:
 def build_fingerprint(gpu: dict[str, Any], shape: dict[str, Any], vllm_args: list[str],
                       vllm_version: str | None = None, torch_version: str | None = None) -> Fingerprint:
     fields = {k: v for k, v in shape.items() if k in Fingerprint.model_fields}
-    return Fingerprint(**gpu, **fields, vllm_version=vllm_version, torch_version=torch_version,
+    # The GPU's UUID identifies one card, not a kind of hardware: it stays out of the fingerprint.
+    hw = {k: v for k, v in gpu.items() if k in Fingerprint.model_fields}
+    return Fingerprint(**hw, **fields, vllm_version=vllm_version, torch_version=torch_version,
                        vllm_args=list(vllm_args))

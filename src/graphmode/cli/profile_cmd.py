@@ -54,9 +54,10 @@ class RichReporter:
         if record.status == "ok":
             itl = f"{lat.itl_p50 * 1e3:.2f} ms" if lat.itl_p50 is not None else "-"
             ttft = f"{lat.ttft_p50 * 1e3:.1f} ms" if lat.ttft_p50 is not None else "-"
-            msg = f"  ok  {record.mode} {record.workload}#{record.repeat}: ITL p50 {itl}, TTFT p50 {ttft}, " \
-                  f"{lat.n_ok}/{lat.n_sent} ok"
-            if lat.stopped_by in ("ci", "max") and lat.duration_s is not None:
+            adaptive = lat.stopped_by in ("ci", "max")
+            counts = f"{lat.n_ok}/{lat.n_sent} finished in the window" if adaptive else f"{lat.n_ok}/{lat.n_sent} ok"
+            msg = f"  ok  {record.mode} {record.workload}#{record.repeat}: ITL p50 {itl}, TTFT p50 {ttft}, {counts}"
+            if adaptive and lat.duration_s is not None:
                 ci = f"±{lat.itl_p50_ci * 100:.1f}%" if lat.itl_p50_ci is not None else "±?"
                 msg += f", {lat.warmup_used_s or 0:.1f}+{lat.duration_s:.1f} s ({lat.stopped_by}, ITL {ci})"
         else:

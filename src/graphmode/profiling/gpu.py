@@ -55,9 +55,10 @@ def visible_indices() -> list[int]:
 
 
 def gpu_facts() -> dict[str, Any]:
-    """GPU name, count, memory, driver and CUDA driver version; all None without NVML."""
+    """GPU name, count, memory, driver and CUDA driver version, and the first visible GPU's UUID; all None
+    without NVML."""
     facts: dict[str, Any] = {"gpu_name": None, "gpu_count": None, "gpu_memory_gib": None,
-                             "driver_version": None, "cuda_version": None}
+                             "driver_version": None, "cuda_version": None, "gpu_uuid": None}
     if not _init():
         return facts
     try:
@@ -70,6 +71,9 @@ def gpu_facts() -> dict[str, Any]:
             handle = pynvml.nvmlDeviceGetHandleByIndex(visible[0])
             facts["gpu_name"] = _str(pynvml.nvmlDeviceGetName(handle))
             facts["gpu_memory_gib"] = round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / _GIB, 2)
+            # Which physical GPU: repeats of a campaign land on different GPUs and hosts, and the noise
+            # between engine starts is only separable from the noise between GPUs if rows say which.
+            facts["gpu_uuid"] = _str(pynvml.nvmlDeviceGetUUID(handle))
     except Exception:
         pass
     finally:

@@ -102,6 +102,7 @@ class StartupInfo(_Flat):
     effective_mode: str | None = Field(None, description="mode vLLM ended up with, if it said so")
     capture_labels: list[str] = Field(default_factory=list, description="'Capturing CUDA graphs (X)' labels seen")
     non_default_args: dict[str, Any] | None = None
+    gpu_uuid: str | None = Field(None, description="NVML UUID of the GPU this engine start ran on")
 
 
 class Fingerprint(_Flat):

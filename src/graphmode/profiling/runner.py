@@ -155,6 +155,7 @@ class Profiler:
             summary.startup_s[mode.value] = None
             self._fail_rest(mode, cells, StartupInfo(), fingerprint, exc, summary)
             return
+        startup.gpu_uuid = self.gpu.get("gpu_uuid")
         try:
             summary.startup_s[mode.value] = startup.startup_s
             self.reporter.mode_started(mode, startup)

@@ -265,7 +265,7 @@ def target_fingerprint(
 
     fields: dict[str, Any] = {}
     if use_local_gpu:
-        fields.update({k: v for k, v in gpu_facts().items() if v is not None})
+        fields.update({k: v for k, v in gpu_facts().items() if v is not None and k in Fingerprint.model_fields})
     if server_url:
         fields.update({k: v for k, v in server_fingerprint(server_url).items() if v is not None})
     if model_path:

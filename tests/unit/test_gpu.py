@@ -1,0 +1,92 @@
+"""NVML facts and memory sampling, against a fake NVML: CUDA_VISIBLE_DEVICES decides which GPUs count."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from graphmode.fingerprint import build_fingerprint
+from graphmode.profiling import gpu
+
+
+class FakeNvml:
+    """Two H200s; GPU 1 has 30 GiB in use, GPU 0 has 10 GiB."""
+
+    GIB = 1024**3
+
+    def __init__(self) -> None:
+        self.used = [10 * self.GIB, 30 * self.GIB]
+        self.uuids = ["GPU-b8e3abb9-b45f-584c", "GPU-a9241cab-157d-d393"]
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+    def nvmlSystemGetDriverVersion(self) -> bytes:
+        return b"580.159.04"
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 13000
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+    def nvmlDeviceGetName(self, h: int) -> str:
+        return "NVIDIA H200"
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return self.uuids[h]
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
+        return SimpleNamespace(total=140 * self.GIB, used=self.used[h])
+
+
+@pytest.fixture
+def nvml(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    fake = FakeNvml()
+    monkeypatch.setattr(gpu, "pynvml", fake)
+    return fake
+
+
+@pytest.mark.parametrize("env, expected", [
+    (None, [0, 1]),
+    ("", [0, 1]),
+    ("1", [1]),
+    ("1,0", [1, 0]),
+    ("GPU-a9241cab", [1]),  # UUID prefixes, as CUDA accepts them
+    ("0,7,1", [0]),  # CUDA stops at the first invalid entry
+])
+def test_visible_indices_follow_cuda_visible_devices(nvml: FakeNvml, monkeypatch: pytest.MonkeyPatch,
+                                                     env: str | None, expected: list[int]) -> None:
+    if env is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", env)
+    assert gpu.visible_indices() == expected
+
+
+def test_facts_describe_the_visible_gpu_and_keep_its_uuid_out_of_the_fingerprint(
+        nvml: FakeNvml, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    facts = gpu.gpu_facts()
+    assert facts["gpu_count"] == 1 and facts["gpu_name"] == "NVIDIA H200"
+    assert facts["gpu_uuid"] == "GPU-a9241cab-157d-d393"
+    assert facts["driver_version"] == "580.159.04" and facts["cuda_version"] == "13.0"
+    fp = build_fingerprint(facts, {"model_architecture": "LlamaForCausalLM"}, ["--model", "m"])
+    assert fp.gpu_count == 1 and not hasattr(fp, "gpu_uuid")
+
+
+def test_memory_sampler_counts_only_visible_gpus(nvml: FakeNvml, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    sampler = gpu.MemorySampler(interval_s=0.01).start()
+    time.sleep(0.05)
+    peak, mean = sampler.stop()
+    assert peak == pytest.approx(30.0) and mean == pytest.approx(30.0)  # GPU 0's 10 GiB is another profiler's
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    sampler = gpu.MemorySampler(interval_s=0.01).start()
+    time.sleep(0.05)
+    assert sampler.stop()[0] == pytest.approx(40.0)
+
+
+def test_no_nvml_means_no_facts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu, "pynvml", None)
+    assert all(v is None for v in gpu.gpu_facts().values())
+    assert gpu.MemorySampler().start().stop() == (None, None)
