@@ -42,7 +42,8 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def first_run(workdir: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
     dataset = workdir / "profile.sqlite"
-    argv = profile_argv(dataset, workdir / "logs", free_port(), "--workloads", "smooth-prefill,bursty-decode,adaptive-decode")
+    argv = profile_argv(dataset, workdir / "logs", free_port(),
+                        "--workloads", "smooth-prefill,bursty-decode,adaptive-decode")
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
     return proc, dataset
 

@@ -234,3 +234,19 @@ def test_adaptive_cells_stop_early_cut_in_flight_and_leave_the_server_idle(tmp_p
     assert c["ttft_p50"] is not None
     # the fake served nothing more once the run ended: the cut requests were aborted, not left running
     assert c["n_err"] == 0
+
+
+def test_a_server_dying_inside_an_adaptive_cell_fails_the_mode_not_the_run(tmp_path: Path,
+                                                                           store: ProfileStore) -> None:
+    ad = AdaptiveWindow(min_s=1.0, ci={"itl_p50": 0.05})
+    first = Workload(name="ad-1", rate=10, input=LengthDist(mean=16), output=LengthDist(mean=50),
+                     duration_s=6, warmup_s=2, adaptive=ad)
+    second = first.model_copy(update={"name": "ad-2"})
+    env = {"FAKE_VLLM_EXIT_AFTER": "8", "FAKE_VLLM_EXIT_MODE": "PIECEWISE"}
+    summary = Profiler(config(tmp_path, [PIECEWISE, FULL], workloads=[first, second], env=env), store).run()
+    assert (summary.ok, summary.failed) == (2, 2), summary.failures
+    rows = _by_mode(store.rows())
+    assert [r["status"] for r in rows["PIECEWISE"]] == ["failed", "failed"]
+    assert all("while serving" in str(r["reason"]) for r in rows["PIECEWISE"])
+    assert [r["status"] for r in rows["FULL"]] == ["ok", "ok"]
+    assert all(r["stopped_by"] in ("ci", "max") and r["n_err"] == 0 for r in rows["FULL"])
