@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import shlex
 from pathlib import Path
 
@@ -57,6 +58,25 @@ class ServiceSettings(BaseModel):
     port: int = Field(default=8080, ge=1, le=65535)
     token: SecretStr | None = None
     max_body_bytes: int = Field(default=64 * 1024, gt=0)
+    # /v1/recommend with server_url makes the service GET that server's /metrics: on a non-loopback bind,
+    # an open target list would let any caller probe the network behind the service (SSRF).
+    scrape_hosts: list[str] = Field(
+        default_factory=lambda: ["127.0.0.1", "::1", "localhost"],
+        description="hosts server_url may name: host names (exact), IP addresses or CIDR networks; '*' = any",
+    )
+
+    @field_validator("scrape_hosts")
+    @classmethod
+    def _valid_hosts(cls, v: list[str]) -> list[str]:
+        out = []
+        for item in v:
+            item = item.strip().lower()
+            if not item:
+                continue
+            if item != "*" and "/" in item:
+                ipaddress.ip_network(item, strict=False)  # ValueError names the bad entry
+            out.append(item)
+        return out
 
     @field_validator("token")
     @classmethod

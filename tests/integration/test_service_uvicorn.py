@@ -305,6 +305,14 @@ def test_recommend_server_url_unreachable(client: httpx.Client) -> None:
     assert r.status_code == 502 and "could not scrape" in r.json()["detail"]
 
 
+def test_recommend_server_url_outside_the_allowed_hosts_is_refused(client: httpx.Client) -> None:
+    # the default list is loopback only: nothing is fetched from elsewhere, whatever the port
+    for url in ("http://169.254.169.254/latest/meta-data", "10.0.0.5:8000", "http://internal.example:80"):
+        r = client.post("/v1/recommend", json={"server_url": url, "window_s": 1, "interval_s": 0.5})
+        assert r.status_code == 403, (url, r.text)
+        assert "scrape_hosts" in r.json()["detail"] and "not one this service may scrape" in r.json()["detail"]
+
+
 def test_recommend_model_id(client: httpx.Client) -> None:
     mid = client.get("/healthz").json()["default_model_id"]
     r = client.post("/v1/recommend", json={"workload": GOOD_WORKLOAD, "model_id": mid})

@@ -310,3 +310,36 @@ def test_is_loopback() -> None:
     assert _is_loopback("127.0.0.1") and _is_loopback("localhost") and _is_loopback("::1")
     assert _is_loopback("127.0.0.2") and _is_loopback("[::1]")
     assert not _is_loopback("0.0.0.0") and not _is_loopback("10.1.2.3") and not _is_loopback("example.com")
+
+
+# ------------------------------------------------------------------------------------- scrape hosts
+@pytest.mark.parametrize("url, allowed, ok", [
+    ("http://127.0.0.1:8000", ["127.0.0.1", "::1", "localhost"], True),
+    ("localhost:8000", ["127.0.0.1", "::1", "localhost"], True),
+    ("http://[::1]:8000/metrics", ["127.0.0.1", "::1", "localhost"], True),
+    ("http://LOCALHOST:8000", ["localhost"], True),
+    ("http://10.1.2.3:8000", ["127.0.0.1", "localhost"], False),
+    ("http://10.1.2.3:8000", ["10.0.0.0/8"], True),
+    ("http://10.1.2.3:8000", ["10.0.0.0/16"], False),
+    ("http://vllm.internal:8000", ["10.0.0.0/8"], False),  # names are never resolved to match a network
+    ("http://vllm.internal:8000", ["vllm.internal"], True),
+    ("http://evil.vllm.internal:8000", ["vllm.internal"], False),  # exact names, no suffix match
+    ("http://169.254.169.254/", ["*"], True),
+    ("http://127.0.0.1:8000", [], False),
+])
+def test_scrape_refusal(url: str, allowed: list[str], ok: bool) -> None:
+    from graphmode.service.routers.recommend import scrape_refusal
+
+    why = scrape_refusal(url, allowed)
+    assert (why is None) == ok, why
+    if not ok:
+        assert "GRAPHMODE_SERVICE__SCRAPE_HOSTS" in str(why)
+
+
+def test_scrape_hosts_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().service.scrape_hosts == ["127.0.0.1", "::1", "localhost"]
+    monkeypatch.setenv("GRAPHMODE_SERVICE__SCRAPE_HOSTS", '["10.0.0.0/8", " VLLM.internal ", ""]')
+    assert Settings().service.scrape_hosts == ["10.0.0.0/8", "vllm.internal"]
+    monkeypatch.setenv("GRAPHMODE_SERVICE__SCRAPE_HOSTS", '["10.0.0.0/33"]')
+    with pytest.raises(ValidationError, match=r"10\.0\.0\.0/33"):
+        Settings()

@@ -9,8 +9,11 @@ once by pydantic and returned as bytes, never re-validated.
 
 from __future__ import annotations
 
+import ipaddress
 import time
+from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 from fastapi import APIRouter, HTTPException, Response
@@ -28,6 +31,7 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     404: {"description": "model_id is not a loaded model"},
     413: {"description": "body larger than settings.service.max_body_bytes"},
     422: {"description": "invalid body: the field, and for metrics the list of known ones"},
+    403: {"description": "server_url names a host outside settings.service.scrape_hosts"},
     502: {"description": "server_url could not be scraped"},
     503: {"description": "no model is loaded"},
 }
@@ -42,6 +46,38 @@ def _observe(url: str, window_s: float, interval_s: float) -> ObservedFeatures:
     from graphmode.selector.live import observe_server
 
     return observe_server(url, window_s, interval_s)
+
+
+def scrape_refusal(url: str, allowed: Sequence[str]) -> str | None:
+    """Why the service will not scrape *url* (its host is not in *allowed*), or None when it may."""
+    if "*" in allowed:
+        return None
+    host = (urlsplit(url if "://" in url else "http://" + url).hostname or "").lower()
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        ip = None
+    for item in allowed:
+        if "/" in item:
+            if ip is not None and ip in ipaddress.ip_network(item, strict=False):
+                return None
+        elif host == item or (ip is not None and _same_ip(ip, item)):
+            return None
+    return (f"server_url host {host or '(none)'!r} is not one this service may scrape; allowed: "
+            f"{', '.join(allowed) or 'none'} (settings.service.scrape_hosts, env GRAPHMODE_SERVICE__SCRAPE_HOSTS)")
+
+
+def _same_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, item: str) -> bool:
+    try:
+        return ip == ipaddress.ip_address(item)
+    except ValueError:
+        return False
+
+
+def _check_scrape_allowed(state: ServiceState, url: str) -> None:
+    why = scrape_refusal(url, state.settings.service.scrape_hosts)
+    if why is not None:
+        raise HTTPException(status_code=403, detail=why)
 
 
 def _scrape_failed(url: str, exc: Exception) -> HTTPException:
@@ -88,6 +124,7 @@ def build_router(*, threadpool: bool = False) -> APIRouter:
         def recommend_threaded(body: RecommendRequest, state: StateDep) -> Response:
             observed = None
             if body.server_url is not None:
+                _check_scrape_allowed(state, body.server_url)
                 try:
                     observed = _observe(body.server_url, body.window_s, body.interval_s)
                 except ScrapeError as exc:
@@ -102,6 +139,7 @@ def build_router(*, threadpool: bool = False) -> APIRouter:
     async def recommend(body: RecommendRequest, state: StateDep) -> Response:
         observed = None
         if body.server_url is not None:
+            _check_scrape_allowed(state, body.server_url)
             if not limiter:
                 limiter.append(anyio.CapacityLimiter(MAX_CONCURRENT_SCRAPES))
             try:
