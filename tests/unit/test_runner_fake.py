@@ -168,6 +168,22 @@ def test_profile_two_modes_then_resume(tmp_path: Path, store: ProfileStore) -> N
     assert sum(len(c) for c in other.pending().values()) == 4
 
 
+def test_each_repeat_gets_its_own_engine_start_and_modes_take_turns(tmp_path: Path, store: ProfileStore) -> None:
+    # Repeats replicate the engine start (per-start noise is the larger part), so repeat 1 must not reuse the
+    # start that measured repeat 0; and the rounds interleave the modes so drift hits all of them alike.
+    quick = DECODE.model_copy(update={"duration_s": 1.0, "warmup_s": 0.2})
+    cfg = config(tmp_path, [NONE, FULL], workloads=[quick], repeats=2)
+    recorder = Recorder()
+    summary = Profiler(cfg, store, recorder).run()
+
+    assert (summary.ok, summary.failed, summary.engine_starts) == (4, 0, 4), summary.failures
+    assert [e[1] for e in recorder.events if e[0] == "cell_finished"] == [
+        "NONE/tiny-decode#0:ok", "FULL/tiny-decode#0:ok", "NONE/tiny-decode#1:ok", "FULL/tiny-decode#1:ok"]
+    assert [e[1] for e in recorder.events if e[0] == "mode_starting"] == ["NONE:1", "FULL:1", "NONE:1", "FULL:1"]
+    assert sorted((str(r["mode"]), r["repeat"]) for r in store.rows()) == [
+        ("FULL", 0), ("FULL", 1), ("NONE", 0), ("NONE", 1)]
+
+
 def test_failures_fail_the_mode_and_the_run_goes_on(tmp_path: Path, store: ProfileStore) -> None:
     env = {"FAKE_VLLM_FAIL_AT_START": "NONE", "FAKE_VLLM_EXIT_AFTER": "4", "FAKE_VLLM_EXIT_MODE": "PIECEWISE"}
     cfg = config(tmp_path, [NONE, PIECEWISE, FULL], env=env)

@@ -1,4 +1,4 @@
-"""A profile run: one vLLM start per mode, every pending (workload, repeat) cell of that mode against it.
+"""A profile run: per repeat, one vLLM start per mode, every pending workload of that repeat and mode against it.
 
 Each finished cell is appended to the dataset at once. A server that fails to start or dies mid-cell
 turns that mode's remaining cells into ``failed`` rows (with the reason and the log tail) and the run
@@ -130,15 +130,19 @@ class Profiler:
         total = sum(_repeats(w, self.config.repeats) for w in self.config.workloads) * len(self.config.modes)
         summary.skipped = total - sum(len(v) for v in plan.values())
         torch_version = torch_version_of(self.config.command) if any(plan.values()) else None
-        for mode, cells in plan.items():
-            if cells:
-                self._run_mode(mode, cells, torch_version, summary)
+        # The engine start is the unit of replication (between-start noise dominates within-start noise,
+        # NOTES.md), so each repeat gets its own start of every mode, and the modes take turns per round.
+        for repeat in sorted({r for cells in plan.values() for _, r in cells}):
+            for mode, cells in plan.items():
+                round_cells = [(w, r) for w, r in cells if r == repeat]
+                if round_cells:
+                    self._run_mode(mode, round_cells, torch_version, summary)
         summary.wall_s = round(time.monotonic() - t0, 1)
         return summary
 
-    def _server(self, mode: CudaGraphMode) -> VllmServer:
+    def _server(self, mode: CudaGraphMode, repeat: int) -> VllmServer:
         c = self.config
-        log = c.log_dir / f"{self.run_id}-{mode.value}.log"
+        log = c.log_dir / f"{self.run_id}-{mode.value}-r{repeat}.log"
         return VllmServer(c.command, c.vllm_args, mode=mode, host=c.host, port=c.port, log_path=log,
                           startup_timeout_s=c.startup_timeout_s, stop_timeout_s=c.stop_timeout_s,
                           env=c.env or None)
@@ -146,7 +150,7 @@ class Profiler:
     def _run_mode(self, mode: CudaGraphMode, cells: list[tuple[Workload, int]], torch_version: str | None,
                   summary: ProfileSummary) -> None:
         self.reporter.mode_starting(mode, len(cells))
-        server = self._server(mode)
+        server = self._server(mode, cells[0][1])
         fingerprint = build_fingerprint(self.gpu, self.shape, self.config.vllm_args, None, torch_version)
         summary.engine_starts += 1
         try:
