@@ -139,7 +139,7 @@ def test_profile_two_modes_then_resume(tmp_path: Path, store: ProfileStore) -> N
     assert by[("NONE", "tiny-prefill")]["capture_s"] is None
     assert by[("NONE", "tiny-prefill")]["effective_mode"] == "NONE"
     logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
-    assert logs == [f"{summary.run_id}-FULL.log", f"{summary.run_id}-NONE.log"]
+    assert logs == [f"{summary.run_id}-FULL-r0.log", f"{summary.run_id}-NONE-r0.log"]  # one log per engine start
 
     # --resume: nothing left to do, no engine is started, no row is added
     again = Profiler(dataclasses.replace(cfg, resume=True), store, Recorder())

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Where a measurement campaign stands: GPU time per slice, between-start noise, per-mode medians.
+
+Reads profile datasets (``graphmode profile`` SQLite files, one per model shape) and prints three tables,
+the ones NOTES.md keeps for issue 5:
+
+1. slices: per shape, profile run and repeat, the engine starts, their start-up seconds (from the
+   Popen to /health), the cells' wall seconds and the seconds per cell;
+2. noise: per shape and mode, over workloads measured in two or more engine starts, the ratio of each
+   later start to the first and the coefficient of variation across starts (ITL p50, TTFT p50);
+3. medians: per shape and mode, the median over workloads of the mean over repeats.
+
+    .venv/bin/python bench/campaign_stats.py models/profiles/h200-*.sqlite
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
+COLUMNS = ("mode", "workload", "repeat", "run_id", "started_at", "finished_at", "startup_s", "itl_p50",
+           "tpot_p50", "ttft_p50", "graph_gib")
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise SystemExit(f"error: {path}: no such dataset")
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con.row_factory = sqlite3.Row
+        rows = con.execute(f"SELECT {', '.join(COLUMNS)} FROM cells WHERE status = 'ok'").fetchall()
+    except sqlite3.DatabaseError as exc:
+        raise SystemExit(f"error: {path}: not a graphmode profile dataset ({exc})") from exc
+    return [dict(r) for r in rows]
+
+
+def shape_name(path: Path) -> str:
+    stem = path.stem
+    return stem.split("-", 1)[1] if stem.startswith("h200-") else stem
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+
+def table(title: str, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    print(f"\n{title}\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join(" --- " for _ in header) + "|")
+    for r in rows:
+        print("| " + " | ".join(str(c) for c in r) + " |")
+
+
+def slices(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
+    # One engine start = one (run, mode, repeat) since the profiler starts vLLM per repeat and mode.
+    starts: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+    cells: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        key = (r["run_id"], r["repeat"])
+        cells[key].append(r)
+        starts[key][r["mode"]] = r["startup_s"] or 0.0
+    out: list[list[object]] = []
+    for key in sorted(cells, key=lambda k: min(c["started_at"] for c in cells[k])):
+        cs = cells[key]
+        startup = sum(starts[key].values())
+        cell_wall = sum(c["finished_at"] - c["started_at"] for c in cs)
+        total = startup + cell_wall
+        out.append([shape, key[0], key[1], len(cs), len(starts[key]), f"{total:.0f} s ({total / 60:.1f} GPU-min)",
+                    f"{startup:.0f} s ({startup / total:.0%})", f"{cell_wall:.0f} s", f"{cell_wall / len(cs):.1f} s"])
+    return out
+
+
+def by_cell(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
+    out: dict[tuple[str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
+    for r in rows:
+        out[(r["mode"], r["workload"])][r["repeat"]] = r
+    return out
+
+
+def noise(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
+    cells = by_cell(rows)
+    out: list[list[object]] = []
+    for mode in MODES:
+        reps = [v for (m, _), v in cells.items() if m == mode and len(v) >= 2]
+        if not reps:
+            continue
+        line: list[object] = [shape, mode, len(reps), max(len(v) for v in reps)]
+        for metric in ("itl_p50", "ttft_p50"):
+            ratios, cvs = [], []
+            for v in reps:
+                vals = [v[k][metric] for k in sorted(v) if v[k][metric]]
+                if len(vals) < 2:
+                    continue
+                ratios += [x / vals[0] for x in vals[1:]]
+                cvs.append(statistics.stdev(vals) / statistics.fmean(vals))
+            line += [f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})",
+                     f"{statistics.median(cvs):.1%} (p90 {pct(cvs, 0.9):.1%})"]
+        out.append(line)
+    return out
+
+
+def medians(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
+    cells = by_cell(rows)
+    out: list[list[object]] = []
+    for mode in MODES:
+        per = [v for (m, _), v in cells.items() if m == mode]
+        if not per:
+            continue
+
+        def med(metric: str, per: list[dict[int, dict[str, Any]]] = per) -> float:
+            vals = ([r[metric] for r in v.values() if r[metric] is not None] for v in per)
+            means = [statistics.fmean(x) for x in vals if x]
+            return statistics.median(means) if means else float("nan")
+
+        mode_starts = {(r["run_id"], r["repeat"]): r["startup_s"] for v in per for r in v.values()}
+        out.append([shape, mode, len(per), f"{med('itl_p50') * 1e3:.2f}", f"{med('tpot_p50') * 1e3:.2f}",
+                    f"{med('ttft_p50') * 1e3:.1f}", f"{med('graph_gib'):.2f}" if mode != "NONE" else "0",
+                    " / ".join(f"{s:.0f}" for s in mode_starts.values() if s is not None)])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("datasets", nargs="+", type=Path, help="profile datasets, e.g. models/profiles/h200-*.sqlite")
+    a = p.parse_args(argv)
+    data = [(shape_name(path), read_rows(path)) for path in a.datasets]
+    table("Slices: one row per profile run and repeat", ["shape", "run", "repeat", "cells", "engine starts",
+          "wall", "startup", "cells' wall", "per cell"], (r for s, rows in data for r in slices(s, rows)))
+    table("Noise between engine starts (later start / first start, CV across starts)",
+          ["shape", "mode", "workloads", "starts", "ITL p50 ratio", "ITL p50 CV", "TTFT p50 ratio", "TTFT p50 CV"],
+          (r for s, rows in data for r in noise(s, rows)))
+    table("Medians over workloads of the mean over repeats (ms; graph GiB; start-up s per start)",
+          ["shape", "mode", "workloads", "ITL p50", "TPOT p50", "TTFT p50", "graph GiB", "startup s"],
+          (r for s, rows in data for r in medians(s, rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""``bench/campaign_stats.py`` on the committed H200 datasets and on bad input."""
+
+from __future__ import annotations
+
+import importlib.util
+import sqlite3
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = ROOT / "models" / "profiles"
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("campaign_stats", ROOT / "bench" / "campaign_stats.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_tables_from_the_committed_datasets(capsys: pytest.CaptureFixture[str]) -> None:
+    stats = load()
+    paths = sorted(PROFILES.glob("h200-*.sqlite"))
+    assert len(paths) == 3
+    assert stats.main([str(p) for p in paths]) == 0
+    out = capsys.readouterr().out
+    slices = [line for line in out.splitlines() if line.startswith("| llama-3.1-8b | 2026")]
+    assert len(slices) == 1 and "| 0 | 120 | 5 |" in slices[0]  # repeat 0: 120 cells, one start per mode
+    # every mode of every shape has a median row; NONE never captures graphs
+    medians = [line for line in out.split("Medians")[1].splitlines() if line.startswith("| ")][2:]
+    assert len(medians) == 15
+    assert all(" | 0 | " in line for line in medians if "| NONE |" in line)
+
+
+def test_noise_pairs_starts_of_the_same_cell(tmp_path: Path) -> None:
+    stats = load()
+    rows = [
+        {"mode": "FULL", "workload": "w", "repeat": r, "itl_p50": v, "ttft_p50": 2 * v}
+        for r, v in enumerate([0.010, 0.012, 0.011])
+    ] + [{"mode": "NONE", "workload": "w", "repeat": 0, "itl_p50": 0.05, "ttft_p50": 0.1}]
+    (line,) = stats.noise("s", rows)  # NONE has one start: no noise row
+    assert line[:4] == ["s", "FULL", 1, 3]
+    assert line[4].startswith("1.15 (1.10–1.20)")
+    assert line[5].startswith("9.1%")
+
+
+def test_bad_dataset_is_a_clear_error(tmp_path: Path) -> None:
+    stats = load()
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not sqlite at all" * 100)
+    with pytest.raises(SystemExit, match="not a graphmode profile dataset"):
+        stats.main([str(junk)])
+    empty = tmp_path / "empty.sqlite"
+    sqlite3.connect(empty).close()
+    with pytest.raises(SystemExit, match="not a graphmode profile dataset"):
+        stats.main([str(empty)])
+    with pytest.raises(SystemExit, match="no such dataset"):
+        stats.main([str(tmp_path / "missing.sqlite")])
