@@ -8,7 +8,9 @@ the ones NOTES.md keeps for issue 5:
    Popen to /health), the cells' wall seconds and the seconds per cell;
 2. noise: per shape and mode, over workloads measured in two or more engine starts, the ratio of each
    later start to the first and the coefficient of variation across starts (ITL p50, TTFT p50);
-3. medians: per shape and mode, the median over workloads of the mean over repeats.
+3. medians: per shape and mode, the median over workloads of the mean over repeats;
+4. conditions (rows recorded since session 3 only): per engine start, the GPU's SM clock, power and
+   utilisation, and the NUMA nodes vLLM ran on against the GPU's, to explain slow starts.
 
     .venv/bin/python bench/campaign_stats.py models/profiles/h200-*.sqlite
 """
@@ -27,6 +29,8 @@ from typing import Any
 MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 COLUMNS = ("mode", "workload", "repeat", "run_id", "started_at", "finished_at", "startup_s", "itl_p50",
            "tpot_p50", "ttft_p50", "graph_gib")
+CONDITIONS = ("gpu_sm_clock_mhz_mean", "gpu_power_w_mean", "gpu_util_pct_mean", "gpu_temp_c_max", "host_load_1m",
+              "engine_numa_nodes", "gpu_numa_node", "gpu_uuid")
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
@@ -35,7 +39,9 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         con.row_factory = sqlite3.Row
-        rows = con.execute(f"SELECT {', '.join(COLUMNS)} FROM cells WHERE status = 'ok'").fetchall()
+        have = {r[1] for r in con.execute("PRAGMA table_info(cells)")}
+        cols = [*COLUMNS, *(c for c in CONDITIONS if c in have)]  # older datasets lack them
+        rows = con.execute(f"SELECT {', '.join(cols)} FROM cells WHERE status = 'ok'").fetchall()
     except sqlite3.DatabaseError as exc:
         raise SystemExit(f"error: {path}: not a graphmode profile dataset ({exc})") from exc
     return [dict(r) for r in rows]
@@ -127,6 +133,27 @@ def medians(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
     return out
 
 
+def conditions(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
+    starts: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r.get("gpu_sm_clock_mhz_mean") is not None or r.get("engine_numa_nodes") is not None:
+            starts[(r["run_id"], r["repeat"], r["mode"])].append(r)
+
+    def mean(cs: list[dict[str, Any]], key: str) -> str:
+        xs = [c[key] for c in cs if c.get(key) is not None]
+        return f"{statistics.fmean(xs):.0f}" if xs else "-"
+
+    out: list[list[object]] = []
+    for (run, repeat, mode), cs in sorted(starts.items(), key=lambda kv: min(c["started_at"] for c in kv[1])):
+        nodes = sorted({c["engine_numa_nodes"] for c in cs if c.get("engine_numa_nodes")})
+        gpu_node = next((c["gpu_numa_node"] for c in cs if c.get("gpu_numa_node") is not None), None)
+        itl = statistics.median(c["itl_p50"] for c in cs if c["itl_p50"]) * 1e3
+        out.append([shape, run, repeat, mode, len(cs), f"{itl:.2f}", mean(cs, "gpu_sm_clock_mhz_mean"),
+                    mean(cs, "gpu_power_w_mean"), mean(cs, "gpu_util_pct_mean"), mean(cs, "host_load_1m"),
+                    " ".join(nodes) or "-", "-" if gpu_node is None else gpu_node])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("datasets", nargs="+", type=Path, help="profile datasets, e.g. models/profiles/h200-*.sqlite")
@@ -140,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     table("Medians over workloads of the mean over repeats (ms; graph GiB; start-up s per start)",
           ["shape", "mode", "workloads", "ITL p50", "TPOT p50", "TTFT p50", "graph GiB", "startup s"],
           (r for s, rows in data for r in medians(s, rows)))
+    table("Conditions per engine start (medians of ITL p50 ms; means of SM MHz, W, util %, load)",
+          ["shape", "run", "repeat", "mode", "cells", "ITL p50", "SM MHz", "power W", "util %", "load 1m",
+           "engine NUMA nodes", "GPU node"], (r for s, rows in data for r in conditions(s, rows)))
     return 0
 
 

@@ -36,8 +36,17 @@ for gpu in "${gpus[@]}"; do
     IFS=: read -r shape g reps <<< "$a"
     [ "$g" = "$gpu" ] && chain+=("$shape${reps:+:$reps}")
   done
+  # GM_PIN=numa pins the chain (profiler, vLLM, load generator) to the CPUs local to its GPU; rows record
+  # where the engine ran either way (engine_numa_nodes, gpu_numa_node), so a pinned and an unpinned lease
+  # can be compared before pinning becomes the method.
+  pin=()
+  if [ "${GM_PIN:-}" = "numa" ]; then
+    bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i "$gpu" 2>/dev/null | tr 'A-F' 'a-f')
+    cpus=$(cat "/sys/bus/pci/devices/${bus:4}/local_cpulist" 2>/dev/null || true)
+    [ -n "$cpus" ] && pin=(taskset -c "$cpus") && echo "GPU $gpu ($bus): pinned to CPUs $cpus"
+  fi
   if ! running "gpu$gpu"; then
-    setsid nohup bash bench/gpu/profile_chain.sh "$grid" "$gpu" "${chain[@]}" -- "$@" \
+    setsid nohup "${pin[@]}" bash bench/gpu/profile_chain.sh "$grid" "$gpu" "${chain[@]}" -- "$@" \
       >>"$work/chain-gpu$gpu.out" 2>&1 < /dev/null &
     echo $! > "$work/gpu$gpu.pid"
     echo "started chain on GPU $gpu: ${chain[*]} (pid $!)"

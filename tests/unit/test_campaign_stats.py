@@ -30,7 +30,7 @@ def test_tables_from_the_committed_datasets(capsys: pytest.CaptureFixture[str]) 
     slices = [line for line in out.splitlines() if line.startswith("| llama-3.1-8b | 2026")]
     assert len(slices) == 1 and "| 0 | 120 | 5 |" in slices[0]  # repeat 0: 120 cells, one start per mode
     # every mode of every shape has a median row; NONE never captures graphs
-    medians = [line for line in out.split("Medians")[1].splitlines() if line.startswith("| ")][2:]
+    medians = [line for line in out.split("Medians")[1].split("Conditions")[0].splitlines() if line.startswith("| ")][2:]
     assert len(medians) == 15
     assert all(" | 0 | " in line for line in medians if "| NONE |" in line)
 
@@ -59,3 +59,17 @@ def test_bad_dataset_is_a_clear_error(tmp_path: Path) -> None:
         stats.main([str(empty)])
     with pytest.raises(SystemExit, match="no such dataset"):
         stats.main([str(tmp_path / "missing.sqlite")])
+
+
+def test_conditions_per_engine_start() -> None:
+    stats = load()
+    base = {"run_id": "r", "repeat": 0, "mode": "FULL", "workload": "w", "started_at": 1.0}
+    rows = [
+        {**base, "itl_p50": 0.002, "gpu_sm_clock_mhz_mean": 1980.0, "gpu_power_w_mean": 300.0,
+         "gpu_util_pct_mean": 50.0, "host_load_1m": 4.0, "engine_numa_nodes": "1", "gpu_numa_node": 0},
+        {**base, "itl_p50": 0.004, "gpu_sm_clock_mhz_mean": 1960.0, "gpu_power_w_mean": 320.0,
+         "gpu_util_pct_mean": 70.0, "host_load_1m": 6.0, "engine_numa_nodes": "0,1", "gpu_numa_node": 0},
+        {**base, "mode": "NONE", "itl_p50": 0.01},  # an older row: no conditions, no line
+    ]
+    assert stats.conditions("s", rows) == [
+        ["s", "r", 0, "FULL", 2, "3.00", "1970", "310", "60", "5", "0,1 1", 0]]

@@ -45,6 +45,7 @@ def test_columns_cover_every_record_field() -> None:
     assert COLUMNS["fp_gpu_count"] == "INTEGER" and COLUMNS["fp_vllm_args"] == "TEXT"
     assert COLUMNS["capture_labels"] == "TEXT" and COLUMNS["kv_cache_tokens"] == "INTEGER"
     assert "vllm_version" not in COLUMNS  # the fingerprint's fp_vllm_version holds it
+    assert COLUMNS["gpu_numa_node"] == "INTEGER" and COLUMNS["engine_numa_nodes"] == "TEXT"  # run conditions
     assert set(flatten(record(), "h")) <= set(COLUMNS)
 
 

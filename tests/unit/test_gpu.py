@@ -37,6 +37,25 @@ class FakeNvml:
         return self.uuids[h]
     def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
         return SimpleNamespace(total=140 * self.GIB, used=self.used[h])
+    def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int:
+        return [1980, 1500][h]
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        return [350_000, 500_000][h]  # mW
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> Any:
+        return SimpleNamespace(gpu=[40, 90][h], memory=10)
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
+        return [45, 61][h]
+    def nvmlDeviceGetPciInfo(self, h: int) -> Any:
+        return SimpleNamespace(busId=[b"00000000:1B:00.0", b"00000000:9A:00.0"][h])
+
+
+class OldBoardNvml(FakeNvml):
+    """A board whose NVML answers memory but nothing else (NVML_ERROR_NOT_SUPPORTED)."""
+
+    def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int:
+        raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+    nvmlDeviceGetPowerUsage = nvmlDeviceGetUtilizationRates = nvmlDeviceGetTemperature = (  # type: ignore[assignment]
+        nvmlDeviceGetClockInfo)
 
 
 @pytest.fixture
@@ -90,3 +109,31 @@ def test_no_nvml_means_no_facts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gpu, "pynvml", None)
     assert all(v is None for v in gpu.gpu_facts().values())
     assert gpu.MemorySampler().start().stop() == (None, None)
+
+
+def test_sampler_reads_clock_power_util_and_temperature_of_visible_gpus(
+        nvml: FakeNvml, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    sampler = gpu.MemorySampler(interval_s=0.01).start()
+    time.sleep(0.05)
+    sampler.stop()
+    assert sampler.conditions() == {"gpu_sm_clock_mhz_mean": 1500.0, "gpu_sm_clock_mhz_min": 1500.0,
+                                    "gpu_power_w_mean": 500.0, "gpu_util_pct_mean": 90.0, "gpu_temp_c_max": 61.0}
+    assert gpu.pci_bus_id() == "0000:9a:00.0"  # sysfs spelling of NVML's bus id
+
+
+def test_unsupported_readings_are_none_and_memory_still_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu, "pynvml", OldBoardNvml())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    sampler = gpu.MemorySampler(interval_s=0.01).start()
+    time.sleep(0.05)
+    assert sampler.stop()[0] == pytest.approx(10.0)
+    assert all(v is None for v in sampler.conditions().values())
+
+
+def test_no_nvml_means_no_conditions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu, "pynvml", None)
+    sampler = gpu.MemorySampler().start()
+    sampler.stop()
+    assert all(v is None for v in sampler.conditions().values())
+    assert gpu.pci_bus_id() is None

@@ -120,6 +120,9 @@ def test_profile_two_modes_then_resume(tmp_path: Path, store: ProfileStore) -> N
         # rates two; a starved test machine may stretch the 0.2 s scrape interval, so only rows that got
         # two samples are held to the rates)
         assert row["obs_n_samples"] >= 1
+        # where the server ran is read from /proc (no GPU here: its readings are None, not errors)
+        assert row["engine_cpus"] and all(c.isdigit() for c in row["engine_cpus"].split(","))
+        assert row["host_load_1m"] is not None and row["gpu_sm_clock_mhz_mean"] is None
         assert row["obs_batch_mean"] is not None and row["obs_kv_usage_mean"] is not None
         if row["obs_n_samples"] >= 2:
             assert row["obs_generation_tokens_rate"] > 0 and row["obs_prompt_tokens_rate"] > 0

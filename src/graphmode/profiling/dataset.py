@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from graphmode.errors import DatasetError
-from graphmode.profiling.records import CellRecord, Fingerprint, LatencyStats, ObservedFeatures, StartupInfo
+from graphmode.profiling.records import (
+    CellRecord,
+    Fingerprint,
+    LatencyStats,
+    ObservedFeatures,
+    RunConditions,
+    StartupInfo,
+)
 
 SCHEMA_VERSION = 1
 _KEY_COLUMNS: dict[str, str] = {
@@ -43,6 +50,7 @@ _GROUPS: list[tuple[str, type[Any], str]] = [
     ("latency", LatencyStats, ""),
     ("startup", StartupInfo, ""),
     ("fingerprint", Fingerprint, "fp_"),
+    ("conditions", RunConditions, ""),
 ]
 _SKIP = {("startup", "vllm_version")}  # the fingerprint holds it
 

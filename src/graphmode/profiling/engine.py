@@ -185,6 +185,11 @@ class VllmServer:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The server process while it runs (the root of vLLM's process tree), else None."""
+        return self.proc.pid if self.alive() and self.proc is not None else None
+
     def check_alive(self) -> None:
         """Raise EngineDiedError if the server process has exited."""
         if self.proc is None:

@@ -81,12 +81,25 @@ def gpu_facts() -> dict[str, Any]:
     return facts
 
 
+def _tick(devices: list[Any], fn: Any, *args: Any) -> list[float]:
+    out: list[float] = []
+    for h in devices:
+        with contextlib.suppress(Exception):  # NVML_ERROR_NOT_SUPPORTED on some boards: that value is None
+            out.append(float(fn(h, *args)))
+    return out
+
+
 class MemorySampler:
-    """Samples used GPU memory (the visible devices summed) on a thread between ``start()`` and ``stop()``."""
+    """Samples the visible GPUs on a thread between ``start()`` and ``stop()``: used memory (summed) and
+    the conditions that explain noise between engine starts (SM clock, power, utilisation, temperature)."""
 
     def __init__(self, interval_s: float = 0.5) -> None:
         self.interval_s = interval_s
         self.samples_gib: list[float] = []
+        self._clock: list[float] = []
+        self._power: list[float] = []
+        self._util: list[float] = []
+        self._temp: list[float] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ok = False
@@ -101,11 +114,30 @@ class MemorySampler:
         except Exception:
             return None
 
+    def _read_conditions(self) -> None:
+        try:
+            devices = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in self._indices]
+        except Exception:
+            return
+        clocks = _tick(devices, pynvml.nvmlDeviceGetClockInfo, getattr(pynvml, "NVML_CLOCK_SM", 1))
+        power = _tick(devices, pynvml.nvmlDeviceGetPowerUsage)  # mW
+        util = _tick(devices, lambda h: pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
+        temp = _tick(devices, pynvml.nvmlDeviceGetTemperature, getattr(pynvml, "NVML_TEMPERATURE_GPU", 0))
+        if clocks:
+            self._clock.append(sum(clocks) / len(clocks))
+        if power:
+            self._power.append(sum(power) / 1000.0)
+        if util:
+            self._util.append(sum(util) / len(util))
+        if temp:
+            self._temp.append(max(temp))
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             v = self._read()
             if v is not None:
                 self.samples_gib.append(v)
+            self._read_conditions()
             self._stop.wait(self.interval_s)
 
     def start(self) -> MemorySampler:
@@ -130,3 +162,32 @@ class MemorySampler:
         if not self.samples_gib:
             return None, None
         return round(max(self.samples_gib), 3), round(sum(self.samples_gib) / len(self.samples_gib), 3)
+
+    def conditions(self) -> dict[str, float | None]:
+        """Means (clock also its minimum, temperature its maximum) over the samples; None where NVML had none."""
+        def mean(xs: list[float], nd: int = 1) -> float | None:
+            return round(sum(xs) / len(xs), nd) if xs else None
+
+        return {
+            "gpu_sm_clock_mhz_mean": mean(self._clock), "gpu_sm_clock_mhz_min": min(self._clock, default=None),
+            "gpu_power_w_mean": mean(self._power), "gpu_util_pct_mean": mean(self._util),
+            "gpu_temp_c_max": max(self._temp, default=None),
+        }
+
+
+def pci_bus_id() -> str | None:
+    """sysfs name (``0000:1b:00.0``) of the first visible GPU, to find its NUMA node; None without NVML."""
+    if not _init():
+        return None
+    try:
+        visible = visible_indices()
+        if not visible:
+            return None
+        raw = _str(pynvml.nvmlDeviceGetPciInfo(pynvml.nvmlDeviceGetHandleByIndex(visible[0])).busId)
+        domain, rest = raw.split(":", 1)  # NVML: 8-digit domain, upper case; sysfs: 4 digits, lower case
+        return f"{int(domain, 16):04x}:{rest}".lower()
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()

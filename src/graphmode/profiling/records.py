@@ -134,6 +134,21 @@ class Fingerprint(_Flat):
 CellStatus = Literal["ok", "failed"]
 
 
+class RunConditions(_Flat):
+    """What the GPU and host were doing during a cell. Not features the selector learns from: the
+    conditions that can explain why two engine starts of the same mode measured differently."""
+
+    gpu_sm_clock_mhz_mean: float | None = None
+    gpu_sm_clock_mhz_min: float | None = None
+    gpu_power_w_mean: float | None = None
+    gpu_util_pct_mean: float | None = None
+    gpu_temp_c_max: float | None = None
+    host_load_1m: float | None = None
+    engine_cpus: str | None = Field(None, description="CPUs vLLM's processes last ran on, at the cell's end")
+    engine_numa_nodes: str | None = Field(None, description="NUMA nodes of those CPUs")
+    gpu_numa_node: int | None = Field(None, description="NUMA node of the GPU's PCI device")
+
+
 class CellRecord(_Flat):
     """One (mode, workload, repeat) measurement: the unit the dataset stores and the selector learns from."""
 
@@ -151,5 +166,6 @@ class CellRecord(_Flat):
     latency: LatencyStats = Field(default_factory=LatencyStats)
     startup: StartupInfo = Field(default_factory=StartupInfo)
     fingerprint: Fingerprint = Field(default_factory=Fingerprint)
+    conditions: RunConditions = Field(default_factory=RunConditions)
     gpu_mem_used_gib_max: float | None = None
     gpu_mem_used_gib_mean: float | None = None

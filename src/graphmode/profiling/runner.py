@@ -27,11 +27,12 @@ from graphmode.profiling.arrivals import plan_requests
 from graphmode.profiling.dataset import ProfileStore
 from graphmode.profiling.engine import VllmServer
 from graphmode.profiling.features import compute_features
-from graphmode.profiling.gpu import MemorySampler, gpu_facts
+from graphmode.profiling.gpu import MemorySampler, gpu_facts, pci_bus_id
 from graphmode.profiling.grid import Workload
 from graphmode.profiling.loadgen import run_load
 from graphmode.profiling.metrics import MetricsSnapshot, parse_metrics
-from graphmode.profiling.records import CellRecord, CellStatus, Fingerprint, StartupInfo
+from graphmode.profiling.placement import placement
+from graphmode.profiling.records import CellRecord, CellStatus, Fingerprint, RunConditions, StartupInfo
 from graphmode.profiling.stats import RequestResult, WindowMonitor, aggregate, aggregate_window
 from graphmode.vllm_args import compilation_config_of, model_arg, without_flags
 
@@ -108,6 +109,7 @@ class Profiler:
         self.reporter: Reporter = reporter or NullReporter()
         self.run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
         self.gpu = gpu_facts()
+        self.gpu_bus_id = pci_bus_id()
         self.shape = model_shape(model_arg(config.command, config.vllm_args))
         self.key = profile_key(self.gpu.get("gpu_name"), self.shape, config.command, config.vllm_args)
 
@@ -206,6 +208,7 @@ class Profiler:
             drive = asyncio.run(self._drive(server, served, vocab, workload, repeat))
         finally:
             mem_max, mem_mean = sampler.stop()
+        conditions = RunConditions(**sampler.conditions(), **placement(server.pid, self.gpu_bus_id))
         if workload.adaptive is None:
             measured = [r for r in drive.results if r.sent_at >= workload.warmup_s]
             ends = [r.sent_at + r.e2e for r in measured if r.ok and r.e2e is not None]
@@ -231,7 +234,7 @@ class Profiler:
             workload_spec=workload.spec(), repeat=repeat, status=status,
             reason=reason, started_at=started, finished_at=time.time(), features=features,
             latency=latency, startup=startup, fingerprint=fingerprint,
-            gpu_mem_used_gib_max=mem_max, gpu_mem_used_gib_mean=mem_mean,
+            gpu_mem_used_gib_max=mem_max, gpu_mem_used_gib_mean=mem_mean, conditions=conditions,
         )
 
     async def _drive(self, server: VllmServer, served: str, vocab: int, workload: Workload,
