@@ -30,7 +30,8 @@ def test_tables_from_the_committed_datasets(capsys: pytest.CaptureFixture[str]) 
     slices = [line for line in out.splitlines() if line.startswith("| llama-3.1-8b | 2026")]
     assert len(slices) == 1 and "| 0 | 120 | 5 |" in slices[0]  # repeat 0: 120 cells, one start per mode
     # every mode of every shape has a median row; NONE never captures graphs
-    medians = [line for line in out.split("Medians")[1].split("Conditions")[0].splitlines() if line.startswith("| ")][2:]
+    section = out.split("Medians")[1].split("Conditions")[0]
+    medians = [line for line in section.splitlines() if line.startswith("| ")][2:]
     assert len(medians) == 15
     assert all(" | 0 | " in line for line in medians if "| NONE |" in line)
 

@@ -25,9 +25,10 @@ from graphmode.errors import DatasetError, ModelError
 from graphmode.profiling.dataset import ProfileStore
 from graphmode.profiling.records import CellRecord, Fingerprint, LatencyStats, ObservedFeatures, StartupInfo
 from graphmode.report import build_report, default_datasets
-from graphmode.report.data import ReportData, headline, load_report_data, pareto
+from graphmode.report.data import HeadlineRow, ReportData, headline, load_report_data, pareto
 from graphmode.report.decision import decision_maps, load_model
 from graphmode.report.figures import decision_figure, pareto_figure, workload_figure
+from graphmode.report.html import findings
 from graphmode.selector.card import CVReport
 from graphmode.selector.registry import list_models
 
@@ -91,9 +92,12 @@ def _record(mode: str, workload: str, repeat: int, fp: Fingerprint, *, status: s
         finished_at=1_795_995_015.0 + 100 * repeat,
         features=ObservedFeatures(arrival_rate=rate * 1.02, prefill_decode_ratio=inp / out, mean_input_tokens=inp,
                                   mean_output_tokens=out, batch_mean=batch, batch_cv=0.4 / burst ** 0.5,
-                                  concurrency_mean=batch),
+                                  concurrency_mean=batch,
+                                  # planted saturation: NONE keeps requests waiting on the 32-req/s prefill load
+                                  queue_mean=5.0 if (mode, workload) == ("NONE", "prefill-heavy-r32-b1") else 0.0),
         latency=LatencyStats(n_sent=100, n_ok=100, ttft_p50=ttft[mode] / 1e3 * (1 + 0.01 * repeat), itl_p50=itl_s,
                              tpot_p50=tpot_s, output_tok_s=rate * out * (1 - 0.001 * repeat),
+                             sent_rate=rate, sent_output_tokens_mean=out,
                              **({"itl_p50_ci": ci} if ci is not None else {})),
         startup=StartupInfo(startup_s=startup_s, capture_s=capture_s, graph_gib=graph_gib,
                             attention_backend="FLASH_ATTN", model_runner="gpu_model_runner"),
@@ -275,6 +279,24 @@ def test_page_is_self_contained_with_every_section(built: tuple[Any, str]) -> No
     assert "ITL dropped in 1 cells" in text and "ITL p50 &lt; 0.5 × TPOT p50" in text
     assert "NVIDIA H200" in text and "vLLM 0.24.0" in text and "FLASH_ATTN" in text
     assert res.bytes < 10 * 1024 * 1024
+
+
+def test_saturated_cells_are_named_and_the_rest_deliver_the_offered_load(
+        built: tuple[Any, str], data: ReportData) -> None:
+    delivered, saturated = data.saturation()
+    assert delivered == pytest.approx(0.9995, abs=1e-4)  # output_tok_s = offered × (1 − 0.001 × repeat)
+    assert [(w, ms) for _, w, ms in saturated] == [("prefill-heavy-r32-b1", ["NONE"])]
+    _, text = built
+    assert "median 1.00× the offered output tokens" in text
+    assert "Saturated (vLLM queue ≥ 1 request on average)" in text and "prefill-heavy-r32-b1 (NONE)" in text
+
+
+def test_throughput_worst_case_is_named_only_where_the_engine_saturated() -> None:
+    row = HeadlineRow(shape="s", metric="output_tok_s", n=24, wins={}, ties=20, default_median_loss_pct=3.0,
+                      default_max_loss_pct=41.5, default_max_loss_workload="balanced-r2-b0.25", default_ok=21,
+                      worst_best_mode="NONE", worst_best_value=797.0, worst_default_value=466.0)
+    assert "41.5%" not in findings([row]) and "21/24" in findings([row])  # unsaturated: window noise
+    assert "41.5% worse on balanced-r2-b0.25" in findings([row], {("s", "balanced-r2-b0.25")})
 
 
 def test_headline_and_noise_tables_in_the_page(built: tuple[Any, str], data: ReportData) -> None:

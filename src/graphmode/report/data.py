@@ -118,6 +118,8 @@ class Cell:
     values: dict[str, list[float]] = field(default_factory=dict)
     itl_dropped: int = 0  # rows whose itl_* were dropped: the client read coalesced chunks
     ci: dict[str, list[float]] = field(default_factory=dict)  # metric -> relative 95% CI half-widths, if recorded
+    delivered: list[float] = field(default_factory=list)  # output tokens delivered / offered, per repeat
+    queue: list[float] = field(default_factory=list)  # vLLM's mean waiting requests, per repeat
 
     def vals(self, metric: str) -> list[float]:
         return self.values.get(metric, [])
@@ -262,6 +264,23 @@ class ReportData:
     @property
     def max_repeats(self) -> int:
         return max((hi for s in self.shapes for _, hi in s.repeats.values()), default=0)
+
+    def saturation(self, queue_min: float = 1.0) -> tuple[float | None, list[tuple[str, str, list[str]]]]:
+        """Median delivered/offered output tokens over unsaturated cells, and the saturated ones.
+
+        A cell is saturated when vLLM kept ``queue_min`` or more requests waiting on average. Below that,
+        an open-loop workload gets what it offers whatever the mode, so a throughput "win" there is
+        window noise; (shape, workload, [modes]) lists where capacity differences can show.
+        """
+        delivered: list[float] = []
+        saturated: list[tuple[str, str, list[str]]] = []
+        for s in self.shapes:
+            for w in s.workloads:
+                modes = [m for m, c in w.cells.items() if c.queue and float(np.median(c.queue)) >= queue_min]
+                if modes:
+                    saturated.append((s.short, w.label, sorted(modes, key=_mode_order)))
+                delivered += [d for m, c in w.cells.items() if m not in modes for d in c.delivered]
+        return (float(np.median(delivered)) if delivered else None), saturated
 
     def itl_dropped(self) -> list[tuple[str, str, str, int, int]]:
         """(shape, workload, mode, rows dropped, rows) of every cell with coalesced-chunk ITL."""
@@ -476,6 +495,14 @@ def _shape_view(
                 elif metric.startswith("itl_") and finite_number(r.get(metric)) is not None:
                     dropped = True
             cell.itl_dropped += int(dropped)
+            sent_rate = finite_number(r.get("sent_rate")) or 0.0
+            offered = sent_rate * (finite_number(r.get("sent_output_tokens_mean")) or 0.0)
+            out_rate = finite_number(r.get("output_tok_s"))
+            if offered > 0 and out_rate is not None:
+                cell.delivered.append(out_rate / offered)
+            queue = finite_number(r.get("obs_queue_mean"))
+            if queue is not None:
+                cell.queue.append(queue)
         burst = finite_number(spec.get("burstiness"))
         workloads.append(
             WorkloadView(

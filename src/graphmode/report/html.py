@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from graphmode import __version__
@@ -146,8 +146,11 @@ def headline_table(rows: Sequence[HeadlineRow], modes: Sequence[str]) -> str:
     return table(head, out, "headline", raw_head=True)
 
 
-def findings(rows: Sequence[HeadlineRow]) -> str:
-    """Per shape: on how many workloads the default is fine, and its worst case per latency objective."""
+def findings(rows: Sequence[HeadlineRow], saturated: Collection[tuple[str, str]] = ()) -> str:
+    """Per shape: on how many workloads the default is fine, and its worst case per latency objective.
+
+    A throughput worst case is named only on a ``saturated`` (shape, workload): elsewhere the engine
+    delivers the offered load in every mode and the gap is which bursts the window caught."""
     items = []
     for shape in dict.fromkeys(r.shape for r in rows):
         mine = [r for r in rows if r.shape == shape]
@@ -157,6 +160,8 @@ def findings(rows: Sequence[HeadlineRow]) -> str:
             view = VIEWS[r.metric]
             if not (r.default_max_loss_pct and r.worst_best_mode) or (
                     view.direction == "max" and r.default_max_loss_pct < 5):
+                continue
+            if r.metric == "output_tok_s" and (r.shape, r.default_max_loss_workload) not in saturated:
                 continue
             worst.append(f"{esc(view.label)} {pct(r.default_max_loss_pct)} worse on "
                          f"{esc(r.default_max_loss_workload)} ({esc(r.worst_best_mode)} {view.fmt(r.worst_best_value)}"
@@ -377,6 +382,19 @@ def page(
         dropped_note = f"<li>{esc(coalesced_rule())}: ITL dropped in {len(dropped)} cells ({lst}{more}).</li>"
     else:
         dropped_note = f"<li>{esc(coalesced_rule())}: no cell affected.</li>"
+    median_delivered, saturated = data.saturation()
+    saturated_keys = {(sh, w) for sh, w, _ in saturated}
+    if median_delivered is None:
+        saturation_note = ""
+    else:
+        sat = "; ".join(f"{esc(sh)} {esc(w)} ({', '.join(esc(MODE_SHORT.get(m, m)) for m in ms)})"
+                        for sh, w, ms in saturated[:8])
+        more = f" and {len(saturated) - 8} more" if len(saturated) > 8 else ""
+        saturation_note = (
+            f"<li><b>Throughput</b> follows the offered load below saturation: unsaturated cells delivered a "
+            f"median {median_delivered:.2f}× the offered output tokens, so throughput wins there are window "
+            "noise. " + (f"Saturated (vLLM queue ≥ 1 request on average): {sat}{more}.</li>" if saturated else
+                         "No cell saturated: this grid cannot rank the modes on capacity.</li>"))
     default_note = ("<li><b>Wins</b> = workloads where the mode has the best mean over repeats (even when within "
                     "noise: <b>ties</b> counts those, selector tie rule). <b>Default loss</b> = how much worse vLLM's "
                     f"default {esc(DEFAULT)} is than the best mode, % of the best.</li>")
@@ -390,11 +408,11 @@ def page(
                  "workloads won per mode (best mean), and how much vLLM's default loses</span></h3>"
                  + (headline_table(headline, data.modes) if headline else
                     "<p class='note'>No verdicts: the selector could not aggregate these rows.</p>")
-                 + f"</section><section><h3>In short</h3>{findings(headline)}</section></div>")
+                 + f"</section><section><h3>In short</h3>{findings(headline, saturated_keys)}</section></div>")
     parts.append("<div class='top'><section><h3>What was measured <span class='muted' style='font-weight:400'>"
                  "— ok cells per mode · workloads × repeats</span></h3>" + shapes_table(data)
                  + "</section><section><ul class='notes'>"
-                 + f"{default_note}{dropped_note}{note_items}</ul></section></div>")
+                 + f"{default_note}{saturation_note}{dropped_note}{note_items}</ul></section></div>")
 
     parts.append("<h2 id='workloads'>1 · Every workload, every mode</h2>")
     parts.append("<p class='caption'>Bar = mean over repeats; whiskers = min and max over repeats (none with one "
