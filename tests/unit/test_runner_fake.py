@@ -164,6 +164,13 @@ def test_profile_two_modes_then_resume(tmp_path: Path, store: ProfileStore) -> N
     changed = Profiler(dataclasses.replace(cfg, resume=True, workloads=[faster, DECODE]), store)
     assert {m.value: [w.name for w, _ in c] for m, c in changed.pending().items()} == {
         "NONE": ["tiny-prefill"], "FULL": ["tiny-prefill"]}
+    # a vLLM upgrade under the same args keeps the key (fixed before vLLM starts), but rows measured under
+    # the old release (the fake logs 0.0.0+fake) no longer count as done; another local build tag does
+    upgraded = Profiler(dataclasses.replace(cfg, resume=True), store)
+    upgraded.vllm_version = "0.25.0"
+    assert upgraded.key == profiler.key and sum(len(c) for c in upgraded.pending().values()) == 4
+    upgraded.vllm_version = "0.0.0+cu130"
+    assert all(not c for c in upgraded.pending().values())
     # other vLLM args make another profile key: nothing of it is done
     other = Profiler(dataclasses.replace(cfg, resume=True, vllm_args=[*cfg.vllm_args, "--max-num-seqs", "8"]),
                      store)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from graphmode.errors import DatasetError
+from graphmode.fingerprint import same_release
 from graphmode.profiling.records import (
     CellRecord,
     Fingerprint,
@@ -159,14 +160,22 @@ class ProfileStore:
         except sqlite3.Error as exc:
             raise DatasetError(f"cannot write to {self.path}: {exc}") from exc
 
-    def done_cells(self, profile_key: str) -> set[tuple[str, str, str, int]]:
-        """(mode, workload, workload_hash, repeat) of every cell with an ok row for *profile_key*."""
+    def done_cells(self, profile_key: str, vllm_version: str | None = None) -> set[tuple[str, str, str, int]]:
+        """(mode, workload, workload_hash, repeat) of every cell with an ok row for *profile_key*.
+
+        With ``vllm_version``, rows measured under another vLLM release do not count: the profile key
+        is fixed before vLLM starts, so it cannot hold the version, and a resume after an upgrade must
+        measure again. Rows that recorded no version still count.
+        """
         cur = self._db.execute(
-            "SELECT DISTINCT mode, workload, workload_hash, repeat FROM cells "
+            "SELECT DISTINCT mode, workload, workload_hash, repeat, fp_vllm_version FROM cells "
             "WHERE profile_key = ? AND status = 'ok'",
             (profile_key,),
         )
-        return {(r[0], r[1], r[2], int(r[3])) for r in cur}
+        return {
+            (r[0], r[1], r[2], int(r[3])) for r in cur
+            if vllm_version is None or r[4] is None or same_release(r[4], vllm_version)
+        }
 
     def rows(self, *, status: str | None = None) -> list[dict[str, Any]]:
         sql = "SELECT * FROM cells" + (" WHERE status = ?" if status else "") + " ORDER BY id"

@@ -21,7 +21,7 @@ from typing import Protocol
 import httpx
 
 from graphmode.errors import EngineDiedError, EngineError, EngineStartError, ScrapeError
-from graphmode.fingerprint import build_fingerprint, model_shape, torch_version_of
+from graphmode.fingerprint import build_fingerprint, model_shape, torch_version_of, vllm_version_of
 from graphmode.modes import CudaGraphMode
 from graphmode.profiling.arrivals import plan_requests
 from graphmode.profiling.dataset import ProfileStore
@@ -110,11 +110,12 @@ class Profiler:
         self.run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
         self.gpu = gpu_facts()
         self.gpu_bus_id = pci_bus_id()
+        self.vllm_version = vllm_version_of(config.command) if config.resume else None
         self.shape = model_shape(model_arg(config.command, config.vllm_args))
         self.key = profile_key(self.gpu.get("gpu_name"), self.shape, config.command, config.vllm_args)
 
     def pending(self) -> dict[CudaGraphMode, list[tuple[Workload, int]]]:
-        done = self.store.done_cells(self.key) if self.config.resume else set()
+        done = self.store.done_cells(self.key, self.vllm_version) if self.config.resume else set()
         plan: dict[CudaGraphMode, list[tuple[Workload, int]]] = {}
         for mode in self.config.modes:
             plan[mode] = [
