@@ -51,14 +51,18 @@ workloads:
 
 @dataclass
 class ModeCost:
+    """Seconds summed over every engine start of one mode (one per repeat since repeats are fresh starts)."""
+
     starts: int = 0
     ok: int = 0
     failed: int = 0
-    t_starting: float | None = None
+    startup_s: float = 0.0
+    load_s: float = 0.0
+    total_s: float = 0.0
+    cell_s: list[float] = field(default_factory=list)
+    t_starting: float | None = None  # of the start in progress
     t_started: float | None = None
     t_last_cell: float | None = None
-    t_end: float | None = None
-    cell_s: list[float] = field(default_factory=list)
 
 
 class CostReporter:
@@ -71,8 +75,15 @@ class CostReporter:
         self._cell_t0: float | None = None
 
     def _close_current(self, now: float) -> None:
-        if self._current is not None:
-            self.modes[self._current].t_end = now
+        if self._current is None:
+            return
+        c = self.modes[self._current]
+        if c.t_starting is not None:
+            c.total_s += now - c.t_starting
+        if c.t_started is not None and c.t_last_cell is not None:
+            c.load_s += c.t_last_cell - c.t_started
+        c.t_starting = c.t_started = c.t_last_cell = None
+        self._current = None
 
     def mode_starting(self, mode: CudaGraphMode, pending: int) -> None:
         now = time.monotonic()
@@ -84,7 +95,9 @@ class CostReporter:
         self._say(f"{mode.value}: starting the engine for {pending} cells")
 
     def mode_started(self, mode: CudaGraphMode, startup: StartupInfo) -> None:
-        self.modes[mode.value].t_started = time.monotonic()
+        cost = self.modes[mode.value]
+        cost.t_started = time.monotonic()
+        cost.startup_s += startup.startup_s or (cost.t_started - (cost.t_starting or cost.t_started))
         self._say(f"{mode.value}: healthy after {startup.startup_s} s")
 
     def cell_starting(self, mode: CudaGraphMode, workload: Workload, repeat: int) -> None:
@@ -120,15 +133,10 @@ def cost_table(summary: ProfileSummary, reporter: CostReporter) -> str:
     head = ["mode", "engine starts", "cells ok/failed", "startup s", "load s", "s/cell", "stop+other s", "total s"]
     rows: list[list[str]] = []
     for mode, c in reporter.modes.items():
-        startup = summary.startup_s.get(mode)
-        load = (c.t_last_cell - c.t_started) if (c.t_started and c.t_last_cell) else None
-        total = (c.t_end - c.t_starting) if (c.t_end and c.t_starting) else None
         per_cell = (sum(c.cell_s) / len(c.cell_s)) if c.cell_s else None
-        other = None
-        if total is not None:
-            other = total - (startup or 0.0) - (load or 0.0)
-        rows.append([mode, str(c.starts), f"{c.ok}/{c.failed}", _fmt(startup), _fmt(load), _fmt(per_cell, ".2f"),
-                     _fmt(other), _fmt(total)])
+        other = c.total_s - c.startup_s - c.load_s if c.total_s else None
+        rows.append([mode, str(c.starts), f"{c.ok}/{c.failed}", _fmt(c.startup_s or None), _fmt(c.load_s or None),
+                     _fmt(per_cell, ".2f"), _fmt(other), _fmt(c.total_s or None)])
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
 
     def line(cells: list[str]) -> str:  # the mode left-aligned, numbers right-aligned
@@ -139,8 +147,8 @@ def cost_table(summary: ProfileSummary, reporter: CostReporter) -> str:
 
     cells = summary.ok + summary.failed
     starts_per_mode = sorted({c.starts for c in reporter.modes.values()})
-    startup_total = sum(v for v in summary.startup_s.values() if v)
-    per_cell_starts = sum((summary.startup_s.get(m) or 0.0) * (c.ok + c.failed) for m, c in reporter.modes.items())
+    startup_total = sum(c.startup_s for c in reporter.modes.values())
+    per_cell_starts = sum(c.startup_s / c.starts * (c.ok + c.failed) for c in reporter.modes.values() if c.starts)
     lines += [
         "",
         f"wall time        {summary.wall_s:.1f} s",
