@@ -291,6 +291,16 @@ def test_saturated_cells_are_named_and_the_rest_deliver_the_offered_load(
     assert "Saturated (vLLM queue ≥ 1 request on average)" in text and "prefill-heavy-r32-b1 (NONE)" in text
 
 
+def test_between_start_effects_pair_each_later_start_with_the_first(built: tuple[Any, str],
+                                                                     data: ReportData) -> None:
+    full = next(e for e in data.start_effects("itl_p50") if e.mode == "FULL")
+    # decode-heavy-r32-b0.25's FULL ITL was dropped (coalesced chunks): three workloads remain
+    assert full.workloads == 3 and full.share_slower == 1.0
+    assert full.median_ratio == pytest.approx(2.02 / 2.0) and full.max_ratio == pytest.approx(3.0 / 1.8)
+    _, text = built
+    assert "Between engine starts" in text and "1.01–1.67" in text
+
+
 def test_throughput_worst_case_is_named_only_where_the_engine_saturated() -> None:
     row = HeadlineRow(shape="s", metric="output_tok_s", n=24, wins={}, ties=20, default_median_loss_pct=3.0,
                       default_max_loss_pct=41.5, default_max_loss_workload="balanced-r2-b0.25", default_ok=21,

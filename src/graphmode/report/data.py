@@ -119,6 +119,7 @@ class Cell:
     itl_dropped: int = 0  # rows whose itl_* were dropped: the client read coalesced chunks
     ci: dict[str, list[float]] = field(default_factory=dict)  # metric -> relative 95% CI half-widths, if recorded
     delivered: list[float] = field(default_factory=list)  # output tokens delivered / offered, per repeat
+    by_repeat: dict[str, dict[int, float]] = field(default_factory=dict)  # metric -> {repeat: value}
     queue: list[float] = field(default_factory=list)  # vLLM's mean waiting requests, per repeat
 
     def vals(self, metric: str) -> list[float]:
@@ -229,6 +230,20 @@ class HeadlineRow:
 
 
 @dataclass
+class StartEffect:
+    """Later engine starts of one mode against its first, over the workloads measured in both."""
+
+    shape: str
+    mode: str
+    workloads: int
+    median_ratio: float
+    min_ratio: float
+    max_ratio: float
+    share_slower: float  # of (workload, later start) pairs where the later start measured higher
+    median_cv: float | None
+
+
+@dataclass
 class ParetoPoint:
     shape: str
     mode: str
@@ -281,6 +296,28 @@ class ReportData:
                     saturated.append((s.short, w.label, sorted(modes, key=_mode_order)))
                 delivered += [d for m, c in w.cells.items() if m not in modes for d in c.delivered]
         return (float(np.median(delivered)) if delivered else None), saturated
+
+    def start_effects(self, metric: str) -> list[StartEffect]:
+        """Per shape and mode, how much a later engine start differs from the first on the same workloads."""
+        out: list[StartEffect] = []
+        for s in self.shapes:
+            for mode in self.modes:
+                ratios: list[float] = []
+                cvs: list[float] = []
+                for w in s.workloads:
+                    c = w.cells.get(mode)
+                    reps = c.by_repeat.get(metric, {}) if c else {}
+                    if len(reps) < 2 or c is None:
+                        continue
+                    first = reps[min(reps)]
+                    ratios += [reps[k] / first for k in sorted(reps)[1:] if first]
+                    if (cv := c.cv(metric)) is not None:
+                        cvs.append(cv)
+                if ratios:
+                    out.append(StartEffect(s.short, mode, len(cvs), float(np.median(ratios)), min(ratios),
+                                           max(ratios), float(np.mean([r > 1 for r in ratios])),
+                                           float(np.median(cvs)) if cvs else None))
+        return out
 
     def itl_dropped(self) -> list[tuple[str, str, str, int, int]]:
         """(shape, workload, mode, rows dropped, rows) of every cell with coalesced-chunk ITL."""
@@ -489,6 +526,7 @@ def _shape_view(
                 v = metric_value(r, metric)
                 if v is not None:
                     cell.values.setdefault(metric, []).append(v)
+                    cell.by_repeat.setdefault(metric, {})[int(r.get("repeat") or 0)] = v
                     ci = finite_number(r.get(metric + "_ci"))  # adaptive windows record it; older rows do not
                     if ci is not None:
                         cell.ci.setdefault(metric, []).append(ci)

@@ -224,6 +224,22 @@ def cv_tables(model: LoadedModel) -> str:
 
 
 # ---------------------------------------------------------------- noise
+def start_table(data: ReportData, metric: str = "itl_p50") -> str:
+    effects = data.start_effects(metric)
+    if not effects:
+        return ""
+    head = ["model shape", "mode", "workloads", "later / first start (median)", "range", "later start slower",
+            "CV over starts (median)"]
+    rows = [[esc(e.shape), esc(e.mode), num(str(e.workloads)), num(f"{e.median_ratio:.2f}"),
+             num(f"{e.min_ratio:.2f}–{e.max_ratio:.2f}"), num(f"{e.share_slower:.0%}"),
+             num("–" if e.median_cv is None else f"{e.median_cv:.1%}")] for e in effects]
+    return ("<h3>Between engine starts</h3><p>Each repeat is a fresh engine start. "
+            f"{esc(VIEWS[metric].label)} of a later start against the first start of the same mode, over the "
+            "workloads measured in both. When a start's ratio sits on the same side for most workloads, the "
+            "start itself was slower or faster: that shift is shared by the cells of a start, so only more "
+            "starts, not longer windows, narrow a comparison between modes.</p>" + table(head, rows))
+
+
 def noise_table(data: ReportData) -> str:
     head_cells = ["<th>model shape</th>", "<th>workload</th>", "<th>metric</th>",
                   *[_mode_head(m) for m in data.modes], "<th>best mean</th>", "<th>tied within noise</th>"]
@@ -486,7 +502,7 @@ def page(
         "noise: selector/aggregate.py cell_sigma, selector/objective.py rank):"
         " the measurement cannot tell them apart.</p>"
         f"<ul class='notes'>{''.join(noise_src)}</ul>"
-        f"<div class='scroll'>{noise_table(data)}</div>")
+        f"{start_table(data)}<div class='scroll'>{noise_table(data)}</div>")
 
     parts.append(f"<h2 id='failed'>6 · Failed cells ({len(data.failed)})</h2>"
                  "<p class='muted'>Counted and listed here, never plotted.</p>" + failed_table(data))
