@@ -262,3 +262,12 @@ def test_cli_train_recommend_models(tmp_path: Path) -> None:
     assert r.exit_code == 1
     r = runner.invoke(app, ["models", "--models-dir", str(tmp_path / "models")])
     assert r.exit_code == 0 and "synthetic" in r.output
+
+
+def test_models_listing_tells_two_shapes_of_one_architecture_apart() -> None:
+    # The bundled model holds Llama 1B and 8B: the listing must not say "LlamaForCausalLM" twice.
+    root = Path(__file__).resolve().parents[2] / "models"
+    r = CliRunner().invoke(app, ["models", "--models-dir", str(root)], env={"COLUMNS": "250"})
+    assert r.exit_code == 0, r.output
+    assert "LlamaForCausalLM 1.2B" in r.output and "LlamaForCausalLM 8.0B" in r.output
+    assert "Qwen2ForCausalLM 0.5B" in r.output

@@ -34,6 +34,13 @@ _COLUMNS: tuple[tuple[str, str, float, str], ...] = (
 )
 
 
+
+def _shape_label(shape: dict[str, Any]) -> str:
+    """``LlamaForCausalLM 8.0B``: two shapes of one architecture must stay tellable apart."""
+    arch = str(shape.get("model_architecture") or "?")
+    params = shape.get("num_params_b")
+    return f"{arch} {params:.1f}B" if isinstance(params, int | float) else arch
+
 def _fmt(v: float | None, scale: float, fmt: str) -> str:
     return "-" if v is None else fmt.format(v * scale)
 
@@ -324,7 +331,7 @@ def register(app: typer.Typer) -> None:
                     c.model_id + (" [yellow](synthetic)[/]" if c.synthetic else ""),
                     c.gpu_name or "-",
                     c.vllm_version or "-",
-                    ", ".join(str(x.get("model_architecture")) for x in c.shapes),
+                    ", ".join(_shape_label(x) for x in c.shapes),
                     str(c.dataset.rows_used),
                     str(c.dataset.n_workloads),
                     str(len(c.modes)),
