@@ -9,10 +9,15 @@ the ones NOTES.md keeps for issue 5:
 2. noise: per shape and mode, over workloads measured in two or more engine starts, the ratio of each
    later start to the first and the coefficient of variation across starts (ITL p50, TTFT p50);
 3. medians: per shape and mode, the median over workloads of the mean over repeats;
-4. conditions (rows recorded since session 3 only): per engine start, the GPU's SM clock, power and
-   utilisation, and the NUMA nodes vLLM ran on against the GPU's, to explain slow starts.
+4. conditions (rows recorded since session 3 only): per engine start, the GPU, its SM clock, power and
+   utilisation, the NUMA nodes vLLM ran on against the GPU's, and (since session 4) the host's CPU:
+   a pure-Python probe, steal and busy time, the CPU cores vLLM's processes used and how often they
+   were preempted, to explain slow starts.
 
-    .venv/bin/python bench/campaign_stats.py models/profiles/h200-*.sqlite
+``--repeats 0,1`` keeps only those repeats, so that modes are compared over the same engine starts while
+a round is still partial (later starts have run slower: a mode with one more start would look worse).
+
+    .venv/bin/python bench/campaign_stats.py models/profiles/h200-*.sqlite [--repeats 0,1]
 """
 
 from __future__ import annotations
@@ -30,7 +35,18 @@ MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 COLUMNS = ("mode", "workload", "repeat", "run_id", "started_at", "finished_at", "startup_s", "itl_p50",
            "tpot_p50", "ttft_p50", "graph_gib")
 CONDITIONS = ("gpu_sm_clock_mhz_mean", "gpu_power_w_mean", "gpu_util_pct_mean", "gpu_temp_c_max", "host_load_1m",
-              "engine_numa_nodes", "gpu_numa_node", "gpu_uuid")
+              "engine_numa_nodes", "gpu_numa_node", "gpu_uuid", "host_probe_ms", "host_steal_pct", "host_busy_pct",
+              "engine_cpu_cores", "engine_nvcsw_per_s", "host_cpu_model")
+
+
+def repeat_list(text: str) -> set[int]:
+    try:
+        reps = {int(x) for x in text.split(",") if x.strip()}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected repeats like 0,1, got {text!r}") from None
+    if not reps or min(reps) < 0:
+        raise argparse.ArgumentTypeError(f"expected repeats like 0,1, got {text!r}")
+    return reps
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
@@ -139,26 +155,33 @@ def conditions(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
         if r.get("gpu_sm_clock_mhz_mean") is not None or r.get("engine_numa_nodes") is not None:
             starts[(r["run_id"], r["repeat"], r["mode"])].append(r)
 
-    def mean(cs: list[dict[str, Any]], key: str) -> str:
+    def mean(cs: list[dict[str, Any]], key: str, nd: int = 0) -> str:
         xs = [c[key] for c in cs if c.get(key) is not None]
-        return f"{statistics.fmean(xs):.0f}" if xs else "-"
+        return f"{statistics.fmean(xs):.{nd}f}" if xs else "-"
 
     out: list[list[object]] = []
     for (run, repeat, mode), cs in sorted(starts.items(), key=lambda kv: min(c["started_at"] for c in kv[1])):
         nodes = sorted({c["engine_numa_nodes"] for c in cs if c.get("engine_numa_nodes")})
         gpu_node = next((c["gpu_numa_node"] for c in cs if c.get("gpu_numa_node") is not None), None)
         itl = statistics.median(c["itl_p50"] for c in cs if c["itl_p50"]) * 1e3
-        out.append([shape, run, repeat, mode, len(cs), f"{itl:.2f}", mean(cs, "gpu_sm_clock_mhz_mean"),
+        gpu = next((c["gpu_uuid"][4:12] for c in cs if c.get("gpu_uuid")), "-")
+        out.append([shape, run, repeat, mode, gpu, len(cs), f"{itl:.2f}", mean(cs, "gpu_sm_clock_mhz_mean"),
                     mean(cs, "gpu_power_w_mean"), mean(cs, "gpu_util_pct_mean"), mean(cs, "host_load_1m"),
-                    " ".join(nodes) or "-", "-" if gpu_node is None else gpu_node])
+                    " ".join(nodes) or "-", "-" if gpu_node is None else gpu_node, mean(cs, "host_probe_ms", 2),
+                    mean(cs, "host_steal_pct", 2), mean(cs, "host_busy_pct"), mean(cs, "engine_cpu_cores", 2),
+                    mean(cs, "engine_nvcsw_per_s")])
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("datasets", nargs="+", type=Path, help="profile datasets, e.g. models/profiles/h200-*.sqlite")
+    p.add_argument("--repeats", type=repeat_list, default=None,
+                   help="keep only these repeats, e.g. 0,1 (compare modes over the same rounds)")
     a = p.parse_args(argv)
-    data = [(shape_name(path), read_rows(path)) for path in a.datasets]
+    data = [(shape_name(path), [r for r in read_rows(path) if a.repeats is None or r["repeat"] in a.repeats])
+            for path in a.datasets]
+    models = sorted({r["host_cpu_model"] for _, rows in data for r in rows if r.get("host_cpu_model")})
     table("Slices: one row per profile run and repeat", ["shape", "run", "repeat", "cells", "engine starts",
           "wall", "startup", "cells' wall", "per cell"], (r for s, rows in data for r in slices(s, rows)))
     table("Noise between engine starts (later start / first start, CV across starts)",
@@ -167,9 +190,13 @@ def main(argv: list[str] | None = None) -> int:
     table("Medians over workloads of the mean over repeats (ms; graph GiB; start-up s per start)",
           ["shape", "mode", "workloads", "ITL p50", "TPOT p50", "TTFT p50", "graph GiB", "startup s"],
           (r for s, rows in data for r in medians(s, rows)))
-    table("Conditions per engine start (medians of ITL p50 ms; means of SM MHz, W, util %, load)",
-          ["shape", "run", "repeat", "mode", "cells", "ITL p50", "SM MHz", "power W", "util %", "load 1m",
-           "engine NUMA nodes", "GPU node"], (r for s, rows in data for r in conditions(s, rows)))
+    table("Conditions per engine start (median ITL p50 ms; means of SM MHz, W, GPU util %, load, Python probe "
+          "ms, steal %, host busy %, vLLM CPU cores, vLLM involuntary switches/s)",
+          ["shape", "run", "repeat", "mode", "GPU", "cells", "ITL p50", "SM MHz", "power W", "util %", "load 1m",
+           "engine NUMA nodes", "GPU node", "probe ms", "steal %", "busy %", "vLLM cores", "nvcsw/s"],
+          (r for s, rows in data for r in conditions(s, rows)))
+    if models:
+        print("\nHost CPUs: " + "; ".join(models))
     return 0
 
 

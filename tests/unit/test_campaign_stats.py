@@ -28,7 +28,8 @@ def test_tables_from_the_committed_datasets(capsys: pytest.CaptureFixture[str]) 
     assert stats.main([str(p) for p in paths]) == 0
     out = capsys.readouterr().out
     slices = [line for line in out.splitlines() if line.startswith("| llama-3.1-8b | 2026")]
-    assert len(slices) == 1 and "| 0 | 120 | 5 |" in slices[0]  # repeat 0: 120 cells, one start per mode
+    assert "| 0 | 120 | 5 |" in slices[0]  # repeat 0 came first: 120 cells, one start per mode
+    assert "| 1 | 120 | 5 |" in slices[1]  # repeat 1: a fresh start per mode
     # every mode of every shape has a median row; NONE never captures graphs
     section = out.split("Medians")[1].split("Conditions")[0]
     medians = [line for line in section.splitlines() if line.startswith("| ")][2:]
@@ -72,5 +73,23 @@ def test_conditions_per_engine_start() -> None:
          "gpu_util_pct_mean": 70.0, "host_load_1m": 6.0, "engine_numa_nodes": "0,1", "gpu_numa_node": 0},
         {**base, "mode": "NONE", "itl_p50": 0.01},  # an older row: no conditions, no line
     ]
+    rows[0] |= {"gpu_uuid": "GPU-8c509d5a-1234", "host_probe_ms": 7.0, "host_steal_pct": 0.5, "host_busy_pct": 10.0,
+                "engine_cpu_cores": 1.5, "engine_nvcsw_per_s": 20.0}
+    rows[1] |= {"host_probe_ms": 9.0, "host_steal_pct": 1.5, "host_busy_pct": 20.0, "engine_cpu_cores": 2.5}
     assert stats.conditions("s", rows) == [
-        ["s", "r", 0, "FULL", 2, "3.00", "1970", "310", "60", "5", "0,1 1", 0]]
+        ["s", "r", 0, "FULL", "8c509d5a", 2, "3.00", "1970", "310", "60", "5", "0,1 1", 0, "8.00", "1.00", "15",
+         "2.00", "20"]]
+
+
+def test_repeat_filter_compares_modes_over_the_same_rounds(capsys: pytest.CaptureFixture[str]) -> None:
+    stats = load()
+    path = PROFILES / "h200-llama-3.1-8b.sqlite"
+    assert stats.main([str(path), "--repeats", "0"]) == 0
+    out = capsys.readouterr().out
+    slices = [line for line in out.splitlines() if line.startswith("| llama-3.1-8b | 2026")]
+    assert len(slices) == 1 and "| 0 | 120 | 5 |" in slices[0]
+    assert "Noise between" in out and "| llama-3.1-8b | FULL |" not in out.split("Noise")[1].split("Medians")[0]
+    for bad in ("x", "-1", ","):
+        with pytest.raises(SystemExit):
+            stats.main([str(path), "--repeats", bad])
+    assert "expected repeats like 0,1" in capsys.readouterr().err

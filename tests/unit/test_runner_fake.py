@@ -123,6 +123,9 @@ def test_profile_two_modes_then_resume(tmp_path: Path, store: ProfileStore) -> N
         # where the server ran is read from /proc (no GPU here: its readings are None, not errors)
         assert row["engine_cpus"] and all(c.isdigit() for c in row["engine_cpus"].split(","))
         assert row["host_load_1m"] is not None and row["gpu_sm_clock_mhz_mean"] is None
+        # the fake server spent CPU serving the cell; the probe and the host counters are always readable
+        assert row["engine_cpu_cores"] is not None and row["engine_cpu_cores"] >= 0
+        assert row["host_probe_ms"] > 0 and 0 <= row["host_busy_pct"] <= 100 and row["host_steal_pct"] >= 0
         assert row["obs_batch_mean"] is not None and row["obs_kv_usage_mean"] is not None
         if row["obs_n_samples"] >= 2:
             assert row["obs_generation_tokens_rate"] > 0 and row["obs_prompt_tokens_rate"] > 0

@@ -147,6 +147,12 @@ class RunConditions(_Flat):
     engine_cpus: str | None = Field(None, description="CPUs vLLM's processes last ran on, at the cell's end")
     engine_numa_nodes: str | None = Field(None, description="NUMA nodes of those CPUs")
     gpu_numa_node: int | None = Field(None, description="NUMA node of the GPU's PCI device")
+    host_cpu_model: str | None = Field(None, description="CPU model name × logical CPUs (/proc/cpuinfo)")
+    host_busy_pct: float | None = Field(None, description="host CPU time not idle over the cell, %")
+    host_steal_pct: float | None = Field(None, description="CPU time the hypervisor gave to others, %")
+    engine_cpu_cores: float | None = Field(None, description="CPU seconds of vLLM's processes per second")
+    engine_nvcsw_per_s: float | None = Field(None, description="involuntary context switches of vLLM's threads/s")
+    host_probe_ms: float | None = Field(None, description="a fixed pure-Python loop just before the cell, ms")
 
 
 class CellRecord(_Flat):

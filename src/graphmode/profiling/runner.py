@@ -29,6 +29,7 @@ from graphmode.profiling.engine import VllmServer
 from graphmode.profiling.features import compute_features
 from graphmode.profiling.gpu import MemorySampler, gpu_facts, pci_bus_id
 from graphmode.profiling.grid import Workload
+from graphmode.profiling.hostload import counters, cpu_model, python_probe_ms, usage
 from graphmode.profiling.loadgen import run_load
 from graphmode.profiling.metrics import MetricsSnapshot, parse_metrics
 from graphmode.profiling.placement import placement
@@ -110,6 +111,7 @@ class Profiler:
         self.run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
         self.gpu = gpu_facts()
         self.gpu_bus_id = pci_bus_id()
+        self.cpu_model = cpu_model()
         self.vllm_version = vllm_version_of(config.command) if config.resume else None
         self.shape = model_shape(model_arg(config.command, config.vllm_args))
         self.key = profile_key(self.gpu.get("gpu_name"), self.shape, config.command, config.vllm_args)
@@ -204,12 +206,16 @@ class Profiler:
                   repeat: int, startup: StartupInfo, fingerprint: Fingerprint) -> CellRecord:
         started = time.time()
         _wait_idle(server, self.config.idle_timeout_s)
+        probe_ms = python_probe_ms()
+        before = counters(server.pid)
         sampler = MemorySampler().start()
         try:
             drive = asyncio.run(self._drive(server, served, vocab, workload, repeat))
         finally:
             mem_max, mem_mean = sampler.stop()
-        conditions = RunConditions(**sampler.conditions(), **placement(server.pid, self.gpu_bus_id))
+        conditions = RunConditions(**sampler.conditions(), **placement(server.pid, self.gpu_bus_id),
+                                   **usage(before, counters(server.pid)), host_probe_ms=probe_ms,
+                                   host_cpu_model=self.cpu_model)
         if workload.adaptive is None:
             measured = [r for r in drive.results if r.sent_at >= workload.warmup_s]
             ends = [r.sent_at + r.e2e for r in measured if r.ok and r.e2e is not None]
