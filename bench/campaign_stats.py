@@ -8,7 +8,8 @@ the ones NOTES.md keeps for issue 5:
    Popen to /health), the cells' wall seconds and the seconds per cell;
 2. noise: per shape and mode, over workloads measured in two or more engine starts, the ratio of each
    later start to the first and the coefficient of variation across starts (ITL p50, TTFT p50);
-3. medians: per shape and mode, the median over workloads of the mean over repeats;
+3. medians: per shape and mode, the median over workloads of the mean over repeats; then each mode
+   against the default inside one round on one GPU (paired, free of the host effect);
 4. conditions (rows recorded since session 3 only): per engine start, the GPU, its SM clock, power and
    utilisation, the NUMA nodes vLLM ran on against the GPU's, and (since session 4) the host's CPU:
    a pure-Python probe, steal and busy time, the CPU cores vLLM's processes used and how often they
@@ -149,6 +150,34 @@ def medians(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
     return out
 
 
+def paired(shape: str, rows: list[dict[str, Any]], default: str = "FULL_AND_PIECEWISE") -> list[list[object]]:
+    """Each mode against the default inside one round on one GPU (same repeat, same host and lease).
+
+    Starts on different hosts are not exchangeable (NOTES.md, session 4), so a ratio taken inside a round
+    is free of the host effect that the spread across starts (``noise``) includes. One row per round:
+    the median over the workloads both modes measured of mode / default.
+    """
+    blocks: dict[tuple[str, int], dict[tuple[str, str], dict[str, Any]]] = defaultdict(dict)
+    for r in rows:
+        # rows from before the gpu_uuid column: the profile run (one lease, one GPU) is the block
+        blocks[(r.get("gpu_uuid") or r["run_id"], r["repeat"])][(r["mode"], r["workload"])] = r
+    out: list[list[object]] = []
+    for mode in MODES:
+        if mode == default:
+            continue
+        for (where, repeat), cells in sorted(blocks.items(), key=lambda kv: (kv[0][1], min(
+                c["started_at"] for c in kv[1].values()))):
+            pairs = [(c, cells[(default, w)]) for (m, w), c in cells.items() if m == mode and (default, w) in cells]
+            if not pairs:
+                continue
+            line: list[object] = [shape, mode, repeat, where[4:12] if where.startswith("GPU-") else where, len(pairs)]
+            for metric in ("itl_p50", "ttft_p50"):
+                ratios = [c[metric] / d[metric] for c, d in pairs if c[metric] and d[metric]]
+                line.append(f"{statistics.median(ratios):.3f}" if ratios else "-")
+            out.append(line)
+    return out
+
+
 def conditions(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
     starts: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
@@ -190,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     table("Medians over workloads of the mean over repeats (ms; graph GiB; start-up s per start)",
           ["shape", "mode", "workloads", "ITL p50", "TPOT p50", "TTFT p50", "graph GiB", "startup s"],
           (r for s, rows in data for r in medians(s, rows)))
+    table("Paired inside a round on one GPU: mode / FULL_AND_PIECEWISE, median over the workloads both measured",
+          ["shape", "mode", "repeat", "GPU or run", "workloads", "ITL p50 ratio", "TTFT p50 ratio"],
+          (r for s, rows in data for r in paired(s, rows)))
     table("Conditions per engine start (median ITL p50 ms; means of SM MHz, W, GPU util %, load, Python probe "
           "ms, steal %, host busy %, vLLM CPU cores, vLLM involuntary switches/s)",
           ["shape", "run", "repeat", "mode", "GPU", "cells", "ITL p50", "SM MHz", "power W", "util %", "load 1m",

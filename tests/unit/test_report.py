@@ -301,6 +301,42 @@ def test_between_start_effects_pair_each_later_start_with_the_first(built: tuple
     assert "Between engine starts" in text and "1.01–1.67" in text
 
 
+def test_paired_rounds_compare_modes_only_inside_one_round_on_one_gpu(tmp_path: Path) -> None:
+    fp = _shape_fp()
+    # round 0: FULL and the default on one GPU; round 1: FULL on GPU B, the default on GPU C (a lease
+    # ended between them), so round 1 pairs nothing; rows without a UUID fall back to their profile run
+    where = {("FULL", 0): "GPU-aaaaaaaa-1", ("FULL_AND_PIECEWISE", 0): "GPU-aaaaaaaa-1",
+             ("FULL", 1): "GPU-bbbbbbbb-2", ("FULL_AND_PIECEWISE", 1): "GPU-cccccccc-3"}
+    path = tmp_path / "paired.sqlite"
+    with ProfileStore(path) as store:
+        for (mode, rep), uuid in where.items():
+            for workload in WORKLOADS:
+                rec = _record(mode, workload, rep, fp)
+                store.append(rec.model_copy(update={"startup": rec.startup.model_copy(update={"gpu_uuid": uuid})}),
+                             f"h-{workload}")
+        for workload in WORKLOADS:  # NONE: no UUID, its own profile run: never paired with the default
+            store.append(_record("NONE", workload, 0, fp), f"h-{workload}")
+    data = load_report_data([path])
+    (full,) = data.paired_rounds()
+    assert (full.mode, full.repeat, full.block) == ("FULL", 0, "aaaaaaaa")
+    # ITL: decode-heavy-r32-b0.25's FULL row read coalesced chunks and is dropped, three workloads remain
+    itl = [WORKLOADS[w][4]["FULL"][0] / WORKLOADS[w][4]["FULL_AND_PIECEWISE"][0]
+           for w in WORKLOADS if w != "decode-heavy-r32-b0.25"]
+    ttft = [WORKLOADS[w][5]["FULL"] / WORKLOADS[w][5]["FULL_AND_PIECEWISE"] for w in WORKLOADS]
+    assert full.ratios["itl_p50"] == (3, pytest.approx(median(itl)))
+    assert full.ratios["ttft_p50"] == (4, pytest.approx(median(ttft)))
+    out = tmp_path / "report.html"
+    build_report([path], out, model_dir=bundled_model(), models_dir=MODELS, grid_points=5)
+    section = out.read_text(encoding="utf-8").split("Inside a round, on one GPU")[1].split("</table>")[0]
+    assert "aaaaaaaa" in section and f"{median(ttft):.2f} (4)" in section and "bbbbbbbb" not in section
+
+
+def test_no_paired_table_when_nothing_pairs(built: tuple[Any, str]) -> None:
+    _, text = built
+    # the shared fixture gives each mode its own profile run and no GPU UUID: nothing pairs, no table
+    assert "Inside a round, on one GPU" not in text
+
+
 def test_throughput_worst_case_is_named_only_where_the_engine_saturated() -> None:
     row = HeadlineRow(shape="s", metric="output_tok_s", n=24, wins={}, ties=20, default_median_loss_pct=3.0,
                       default_max_loss_pct=41.5, default_max_loss_workload="balanced-r2-b0.25", default_ok=21,

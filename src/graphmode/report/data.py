@@ -121,6 +121,7 @@ class Cell:
     delivered: list[float] = field(default_factory=list)  # output tokens delivered / offered, per repeat
     by_repeat: dict[str, dict[int, float]] = field(default_factory=dict)  # metric -> {repeat: value}
     queue: list[float] = field(default_factory=list)  # vLLM's mean waiting requests, per repeat
+    block: dict[int, str] = field(default_factory=dict)  # repeat -> GPU (or profile run) that measured it
 
     def vals(self, metric: str) -> list[float]:
         return self.values.get(metric, [])
@@ -244,6 +245,22 @@ class StartEffect:
 
 
 @dataclass
+class PairedRound:
+    """One mode against the default inside one round (a repeat) measured on one GPU.
+
+    Engine starts on different hosts are not exchangeable: a host that runs vLLM's Python 30% slower
+    moves every mode of its starts. A ratio taken inside a round on one GPU cancels that; its spread
+    across rounds is the noise left for a mode comparison.
+    """
+
+    shape: str
+    mode: str
+    repeat: int
+    block: str  # GPU UUID, or the profile run for rows recorded before the UUID was
+    ratios: dict[str, tuple[int, float]]  # metric -> (workloads paired, median of mode / default)
+
+
+@dataclass
 class ParetoPoint:
     shape: str
     mode: str
@@ -317,6 +334,30 @@ class ReportData:
                     out.append(StartEffect(s.short, mode, len(cvs), float(np.median(ratios)), min(ratios),
                                            max(ratios), float(np.mean([r > 1 for r in ratios])),
                                            float(np.median(cvs)) if cvs else None))
+        return out
+
+    def paired_rounds(self, metrics: Sequence[str] = ("itl_p50", "ttft_p50")) -> list[PairedRound]:
+        """Per shape, mode and round on one GPU: the median over workloads of mode / default."""
+        out: list[PairedRound] = []
+        for s in self.shapes:
+            for mode in self.modes:
+                if mode == DEFAULT:
+                    continue
+                rounds: dict[tuple[int, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+                for w in s.workloads:
+                    c, d = w.cells.get(mode), w.cells.get(DEFAULT)
+                    if c is None or d is None:
+                        continue
+                    for metric in metrics:
+                        mine, base = c.by_repeat.get(metric, {}), d.by_repeat.get(metric, {})
+                        for rep, v in mine.items():
+                            where = c.block.get(rep)
+                            if where and rep in base and d.block.get(rep) == where and base[rep] > 0:
+                                rounds[(rep, where)][metric].append(v / base[rep])
+                for (rep, where), by_metric in sorted(rounds.items()):
+                    label = where[4:12] if where.startswith("GPU-") else where
+                    out.append(PairedRound(s.short, mode, rep, label, {
+                        m: (len(r), float(np.median(r))) for m, r in by_metric.items() if r}))
         return out
 
     def itl_dropped(self) -> list[tuple[str, str, str, int, int]]:
@@ -521,6 +562,9 @@ def _shape_view(
             assert mode is not None
             cell = cells.setdefault(mode, Cell(mode))
             cell.n_rows += 1
+            block = r.get("gpu_uuid") or r.get("run_id")
+            if block:
+                cell.block[int(r.get("repeat") or 0)] = str(block)
             dropped = False
             for metric in VIEWS:
                 v = metric_value(r, metric)

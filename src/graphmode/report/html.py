@@ -23,6 +23,7 @@ from graphmode.report.decision import DecisionMap, LoadedModel
 from graphmode.report.figures import MODE_COLORS, MODE_SHORT
 
 CV_NOISY = 0.10  # a repeat CV above this is highlighted in the noise table
+PAIRED_METRICS = NOISE_METRICS
 
 
 def esc(v: object) -> str:
@@ -238,6 +239,25 @@ def start_table(data: ReportData, metric: str = "itl_p50") -> str:
             "workloads measured in both. When a start's ratio sits on the same side for most workloads, the "
             "start itself was slower or faster: that shift is shared by the cells of a start, so only more "
             "starts, not longer windows, narrow a comparison between modes.</p>" + table(head, rows))
+
+
+def paired_table(data: ReportData) -> str:
+    rounds = data.paired_rounds(PAIRED_METRICS)
+    if not rounds:
+        return ""
+    head = ["model shape", "mode", "repeat", "GPU (or run)",
+            *[f"{VIEWS[m].label}: mode / default (workloads)" for m in PAIRED_METRICS]]
+
+    def cell(r: tuple[int, float] | None) -> str:
+        return num("–") if r is None else num(f"{r[1]:.2f} ({r[0]})")
+
+    rows = [[esc(p.shape), esc(p.mode), num(str(p.repeat)), esc(p.block),
+             *[cell(p.ratios.get(m)) for m in PAIRED_METRICS]] for p in rounds]
+    return ("<h3>Inside a round, on one GPU</h3><p>Each mode against vLLM's default where both were measured "
+            "in the same round (repeat) on the same GPU: the median over those workloads of mode / default. "
+            "Hosts differ in how fast they run vLLM's Python, and that moves every mode of a start; a ratio "
+            "inside a round cancels it. A ratio on the same side of 1 in every round is a mode effect even "
+            "where the spread over all starts (the ties above) calls it noise.</p>" + table(head, rows))
 
 
 def noise_table(data: ReportData) -> str:
@@ -502,7 +522,7 @@ def page(
         "noise: selector/aggregate.py cell_sigma, selector/objective.py rank):"
         " the measurement cannot tell them apart.</p>"
         f"<ul class='notes'>{''.join(noise_src)}</ul>"
-        f"{start_table(data)}<div class='scroll'>{noise_table(data)}</div>")
+        f"{start_table(data)}{paired_table(data)}<div class='scroll'>{noise_table(data)}</div>")
 
     parts.append(f"<h2 id='failed'>6 · Failed cells ({len(data.failed)})</h2>"
                  "<p class='muted'>Counted and listed here, never plotted.</p>" + failed_table(data))
