@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Profile several shapes one after another on one GPU (run_slice.sh starts one chain per GPU).
 #
-# usage: bench/gpu/profile_chain.sh GRID GPU SHAPE[:REPEATS] [SHAPE[:REPEATS] ...] [-- profile options...]
+# usage: bench/gpu/profile_chain.sh GRID GPU SHAPE[:REPEATS[:MODES]] [...] [-- profile options...]
 # Each shape keeps its own dataset, log dir and output under /tmp/gm; the datasets are resumable and
 # seeded from models/profiles/h200-SHAPE.sqlite, so a chain cut short by the host going away loses
 # at most the cell in flight.
@@ -12,8 +12,9 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do shapes+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 work=/tmp/gm; mkdir -p "$work"
 for s in "${shapes[@]}"; do
-  IFS=: read -r shape reps <<< "$s"
+  IFS=: read -r shape reps modes <<< "$s"
   per=(); [ -n "${reps:-}" ] && per=(--repeats "$reps")
+  [ -n "${modes:-}" ] && per+=(--modes "$modes")
   mkdir -p "$work/model-$shape"
   cp "models/shapes/$shape.json" "$work/model-$shape/config.json"
   ds="$work/$shape.sqlite"

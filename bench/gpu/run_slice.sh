@@ -3,11 +3,13 @@
 # collect what they wrote.
 #
 # usage (on the GPU host, from the repo root, after unpack.sh put vLLM in /tmp/site):
-#   bench/gpu/run_slice.sh WAIT_S GRID SHAPE:GPU[:REPEATS] [SHAPE:GPU[:REPEATS] ...] [-- profile options...]
+#   bench/gpu/run_slice.sh WAIT_S GRID SHAPE:GPU[:REPEATS[:MODES]] [SHAPE:GPU[:REPEATS[:MODES]] ...] [-- profile options...]
 # e.g. bench/gpu/run_slice.sh 540 src/graphmode/data/default_grid.yaml llama-3.1-8b:0:1 llama-3.2-1b:1:2 \
 #        qwen2.5-0.5b:1:2
 # (8B repeat 0 on GPU 0 while GPU 1 adds repeat 1 of the 1B shape and then of the Qwen shape; REPEATS
-# becomes --repeats for that shape, and shapes given the same GPU run in that order)
+# becomes --repeats for that shape, and shapes given the same GPU run in that order). MODES (comma-
+# separated) becomes that shape's --modes, e.g. qwen2.5-0.5b:1:4:FULL,FULL_AND_PIECEWISE adds a paired
+# round of two modes without touching the others.
 #
 # SHAPE is a file in models/shapes/ without .json; each shape runs on one GPU (CUDA_VISIBLE_DEVICES) with
 # its own dataset and logs, so every mode of a shape is compared on the same GPU. Profilers run under
@@ -33,8 +35,8 @@ done
 for gpu in "${gpus[@]}"; do
   chain=()
   for a in "${assign[@]}"; do
-    IFS=: read -r shape g reps <<< "$a"
-    [ "$g" = "$gpu" ] && chain+=("$shape${reps:+:$reps}")
+    IFS=: read -r shape g reps modes <<< "$a"
+    [ "$g" = "$gpu" ] && chain+=("$shape:${reps:-}:${modes:-}")
   done
   # GM_PIN=numa pins the chain (profiler, vLLM, load generator) to the CPUs local to its GPU; rows record
   # where the engine ran either way (engine_numa_nodes, gpu_numa_node), so a pinned and an unpinned lease
