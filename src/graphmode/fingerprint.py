@@ -45,27 +45,61 @@ def estimate_params(cfg: dict[str, Any]) -> float | None:
     return round((layers * (attn + mlp + 2 * h) + embed) / 1e9, 4)
 
 
-def model_shape(model: str | None) -> dict[str, Any]:
-    """Shape fields for a local model directory (config.json); empty for anything else."""
-    if not model:
-        return {}
-    path = Path(model) / "config.json"
+def _config_path(model: str) -> Path:
+    path = Path(model)
+    return path if path.is_file() else path / "config.json"
+
+
+def load_model_config(model: str) -> dict[str, Any]:
+    """The config.json of a model directory (or that file itself) a user named; ConfigError if unusable.
+
+    :func:`model_shape` stays silent for anything that is not a local directory, because the profiler
+    also sees hub names; a path given to say *which model a deployment serves* must not be ignored.
+    """
+    from graphmode.errors import ConfigError
+
+    path = _config_path(model)
+    if not Path(model).exists():
+        raise ConfigError(f"model path {model}: no such file or directory")
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
+    except FileNotFoundError:
+        raise ConfigError(f"model path {model}: no config.json there (give the model's directory or its "
+                          "config.json)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"model path {model}: cannot read {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"model path {model}: {path} is not JSON ({exc})") from None
     if not isinstance(cfg, dict):
-        return {}
+        raise ConfigError(f"model path {model}: {path} is not a JSON object")
+    return cfg
+
+
+def shape_of_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Shape fields (architecture, layers, hidden size, parameters, ...) of a parsed config.json."""
     archs = cfg.get("architectures") or []
     return {
         "model_config_hash": hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:12],
-        "model_architecture": archs[0] if archs else None,
+        "model_architecture": archs[0] if isinstance(archs, list) and archs else None,
         "model_type": cfg.get("model_type"),
         "num_layers": _int(cfg, "num_hidden_layers", "n_layer", "num_layers"),
         "hidden_size": _int(cfg, "hidden_size", "n_embd", "d_model"),
         "num_params_b": estimate_params(cfg),
         "vocab_size": _int(cfg, "vocab_size"),
     }
+
+
+def model_shape(model: str | None) -> dict[str, Any]:
+    """Shape fields for a local model directory (its config.json) or a config file; empty for anything else."""
+    if not model:
+        return {}
+    try:
+        cfg = json.loads(_config_path(model).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    if not isinstance(cfg, dict):
+        return {}
+    return shape_of_config(cfg)
 
 
 def _interpreter(command: list[str]) -> str | None:

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from graphmode.fingerprint import estimate_params, model_shape, same_release, vllm_version_of
+from graphmode.errors import ConfigError
+from graphmode.fingerprint import (
+    estimate_params,
+    load_model_config,
+    model_shape,
+    same_release,
+    vllm_version_of,
+)
 
 SHAPES = Path(__file__).resolve().parents[2] / "models" / "shapes"
 
@@ -45,6 +52,24 @@ def test_model_shape_reads_a_model_dir_and_shrugs_at_anything_else(tmp_path: Pat
     (tmp_path / "config.json").write_text("[1, 2]")
     assert model_shape(str(tmp_path)) == {}
     assert model_shape("meta-llama/Llama-3.1-8B") == {}  # a hub id, not a local directory
+
+
+def test_a_named_model_path_must_give_a_config(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(MIXTRAL_8X7B))
+    assert load_model_config(str(tmp_path)) == load_model_config(str(cfg)) == MIXTRAL_8X7B
+    assert model_shape(str(cfg)) == model_shape(str(tmp_path))  # the file itself is as good as its dir
+    with pytest.raises(ConfigError, match="no such file"):
+        load_model_config(str(tmp_path / "nope"))
+    (tmp_path / "d").mkdir()
+    with pytest.raises(ConfigError, match=r"no config\.json there"):
+        load_model_config(str(tmp_path / "d"))
+    cfg.write_text("{not json")
+    with pytest.raises(ConfigError, match="is not JSON"):
+        load_model_config(str(tmp_path))
+    cfg.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_model_config(str(cfg))
 
 
 def test_vllm_version_comes_from_the_metadata_of_its_environment(tmp_path: Path,

@@ -264,6 +264,24 @@ def test_cli_train_recommend_models(tmp_path: Path) -> None:
     assert r.exit_code == 0 and "synthetic" in r.output
 
 
+def test_model_path_is_read_or_refused_never_ignored(tmp_path: Path) -> None:
+    # --model-path names the model a deployment serves: a path that gives no config is an error (exit 2),
+    # not a silent fall-back to "no target shape given"
+    root = Path(__file__).resolve().parents[2] / "models"
+    base = ["recommend", "--models-dir", str(root), "--rate", "8", "--input-tokens", "512", "--output-tokens",
+            "128", "--json", "--model-path"]
+    runner = CliRunner()
+    r = runner.invoke(app, [*base, str(root / "shapes" / "qwen2.5-0.5b.json")])  # the config file itself
+    assert r.exit_code == 0, r.output
+    assert not any("no target shape" in w for w in json.loads(r.stdout)["warnings"])
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "list.json").write_text("[1, 2]")
+    for path, needle in ((tmp_path / "missing", "no such file"), (tmp_path / "empty", "no config.json"),
+                         (tmp_path / "list.json", "not a JSON object")):
+        r = runner.invoke(app, [*base, str(path)])
+        assert r.exit_code == 2 and needle in " ".join(r.output.split()), r.output  # the console wraps lines
+
+
 def test_models_listing_tells_two_shapes_of_one_architecture_apart() -> None:
     # The bundled model holds Llama 1B and 8B: the listing must not say "LlamaForCausalLM" twice.
     root = Path(__file__).resolve().parents[2] / "models"

@@ -184,7 +184,7 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--vllm-version", help="Target vLLM version.")
         ] = None,
         model_path: Annotated[
-            str | None, typer.Option("--model-path", help="Target model dir (its config.json).")
+            str | None, typer.Option("--model-path", help="Target model: its directory or its config.json.")
         ] = None,
         strict: Annotated[
             bool, typer.Option("--strict", help="Fail instead of warning when the model is stale.")

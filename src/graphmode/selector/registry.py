@@ -260,7 +260,7 @@ def target_fingerprint(
     use_local_gpu: bool = True,
 ) -> Fingerprint:
     """The fingerprint to match models against, from what is given and what can be read here."""
-    from graphmode.fingerprint import model_shape
+    from graphmode.fingerprint import load_model_config, shape_of_config
     from graphmode.profiling.gpu import gpu_facts
 
     fields: dict[str, Any] = {}
@@ -272,7 +272,7 @@ def target_fingerprint(
         fields.update(
             {
                 k: v
-                for k, v in model_shape(model_path).items()
+                for k, v in shape_of_config(load_model_config(model_path)).items()
                 if k in Fingerprint.model_fields and v is not None
             }
         )
