@@ -31,10 +31,14 @@ def test_tables_from_the_committed_datasets(capsys: pytest.CaptureFixture[str]) 
     assert "| 0 | 120 | 5 |" in slices[0]  # repeat 0 came first: 120 cells, one start per mode
     assert "| 1 | 120 | 5 |" in slices[1]  # repeat 1: a fresh start per mode
     # every mode of every shape has a median row; NONE never captures graphs
-    section = out.split("Medians")[1].split("Conditions")[0]
+    section = out.split("Medians")[1].split("Paired")[0]
     medians = [line for line in section.splitlines() if line.startswith("| ")][2:]
     assert len(medians) == 15
     assert all(" | 0 | " in line for line in medians if "| NONE |" in line)
+    # paired inside a round on one GPU: the 8B shape's repeats 0 and 1 each pair all four modes with the default
+    paired = [line for line in out.split("Paired")[1].split("Conditions")[0].splitlines()
+              if line.startswith("| llama-3.1-8b |")]
+    assert len(paired) >= 8 and all("| 24 |" in line for line in paired if "| FULL |" in line)
 
 
 def test_noise_pairs_starts_of_the_same_cell(tmp_path: Path) -> None:
