@@ -261,6 +261,19 @@ def test_recommend_workload(client: httpx.Client) -> None:
     assert ans["features"]["arrival_rate"] == pytest.approx(8.0)
 
 
+def test_recommend_for_the_served_model(client: httpx.Client) -> None:
+    mixtral = {"architectures": ["MixtralForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+               "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+               "num_local_experts": 8, "vocab_size": 32000}
+    r = client.post("/v1/recommend", json={"workload": GOOD_WORKLOAD, "served_model_config": mixtral})
+    assert r.status_code == 200, r.text
+    ans = r.json()
+    _check_answer(ans)
+    assert any("unlike any this model was trained on" in w and "MixtralForCausalLM" in w for w in ans["warnings"])
+    r = client.post("/v1/recommend", json={"workload": GOOD_WORKLOAD, "served_model_config": {"foo": 1}})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "served_model_config"]
+
+
 def test_recommend_features_with_objective(client: httpx.Client) -> None:
     body = {
         "features": GOOD_FEATURES,

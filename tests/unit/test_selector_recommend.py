@@ -282,6 +282,29 @@ def test_model_path_is_read_or_refused_never_ignored(tmp_path: Path) -> None:
         assert r.exit_code == 2 and needle in " ".join(r.output.split()), r.output  # the console wraps lines
 
 
+def test_one_recommender_answers_for_each_served_model() -> None:
+    # A service loads one multi-shape model and answers for whichever model a request's deployment serves.
+    root = Path(__file__).resolve().parents[2] / "models"
+    rec = Recommender.load(root)
+    desc = {"rate": 8, "input_tokens": 512, "output_tokens": 128}
+    plain = rec.recommend(desc, "ttft_p50")
+    assert any("no target shape was given" in w for w in plain.warnings)
+    qwen_cfg = json.loads((root / "shapes" / "qwen2.5-0.5b.json").read_text())
+    from graphmode.fingerprint import shape_of_config
+
+    qwen = rec.for_shape(shape_of_config(qwen_cfg))
+    assert rec.for_shape(shape_of_config(qwen_cfg)) is qwen  # cached per shape
+    ans = qwen.recommend(desc, "ttft_p50")
+    assert not any("target shape" in w or "unlike" in w for w in ans.warnings)
+    graph = {p.mode: p.metrics.get("graph_gib") for p in ans.predictions}
+    plain_graph = {p.mode: p.metrics.get("graph_gib") for p in plain.predictions}
+    assert graph["FULL"] != plain_graph["FULL"]  # the Qwen shape's own constants, not the 1B's
+    assert rec.recommend(desc, "ttft_p50").warnings == plain.warnings  # the original is untouched
+    mixtral = rec.for_shape({"model_architecture": "MixtralForCausalLM", "num_params_b": 46.7, "num_layers": 32,
+                             "hidden_size": 4096})
+    assert any("unlike any this model was trained on" in w for w in mixtral.recommend(desc).warnings)
+
+
 def test_models_listing_tells_two_shapes_of_one_architecture_apart() -> None:
     # The bundled model holds Llama 1B and 8B: the listing must not say "LlamaForCausalLM" twice.
     root = Path(__file__).resolve().parents[2] / "models"

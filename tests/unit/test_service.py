@@ -78,6 +78,8 @@ def test_request_inputs_are_the_selector_types() -> None:
         ({"server_url": "http://x:8000", "window_s": 2, "interval_s": 5}, (), "interval_s must not exceed"),
         ({"server_url": "http://x:99999"}, ("server_url",), "port"),
         ({"server_url": "file:///etc/passwd"}, ("server_url",), "http://"),
+        ({"workload": WORKLOAD, "served_model_config": {"foo": 1}}, ("served_model_config",), "config.json"),
+        ({"workload": WORKLOAD, "served_model_config": [1]}, ("served_model_config",), "dictionary"),
     ],
 )
 def test_recommend_request_rejects(body: dict[str, Any], loc: tuple[Any, ...], needle: str) -> None:

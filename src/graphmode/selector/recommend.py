@@ -15,6 +15,7 @@ one pydantic object. A :class:`Recommender` is immutable after load and safe to 
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -41,6 +42,7 @@ FeatureSource = Literal["observed", "description", "server"]
 ConfidenceLevel = Literal["high", "medium", "low"]
 FAR_RATIO = 4.0  # distance to the nearest training workload, in typical training spacings, that is "far"
 NEAR_RATIO = 2.0
+SHAPE_CACHE = 64  # per-shape copies a recommender keeps (Recommender.for_shape)
 
 
 class ModePrediction(BaseModel):
@@ -145,6 +147,7 @@ class Recommender:
         self._train_z = self.spec.standardize(model.train_x) if model.train_x.size else model.train_x
         self._const_cache: dict[str, list[dict[str, float | None]]] = {}
         self._shape_warning: str | None = None
+        self._by_shape: dict[str, Recommender] = {}
         self._shape = self._target_shape(target)
         self._const_rows = self._constants_for(self._shape)
         e2e = "e2e_p50" in self.metrics
@@ -212,6 +215,28 @@ class Recommender:
                 f"assuming {shapes[0].get(ARCH_FIELD)} ({shapes[0].get('num_params_b')}B)"
             )
         return dict(shapes[0]) if shapes else None
+
+    def for_shape(self, shape: Mapping[str, Any]) -> Recommender:
+        """This model answering for another served model (a service that advises several deployments).
+
+        ``shape`` holds the fields :func:`graphmode.fingerprint.shape_of_config` reads from a config.json.
+        The copy shares the compiled estimators; its constants and its warning (an untrained or unlike
+        shape) are its own. Copies are cached per shape, at most :data:`SHAPE_CACHE` of them.
+        """
+        key = shape_key(shape)
+        hit = self._by_shape.get(key)
+        if hit is not None:
+            return hit
+        other = copy.copy(self)
+        other._shape_warning = None
+        other._shape = {k: shape.get(k) for k in [n for n, _ in SHAPE_FEATURES] +
+                        [ARCH_FIELD, "model_config_hash", "model_type"]}
+        other._check_shape(other._shape)
+        other._const_rows = other._constants_for(other._shape)
+        if len(self._by_shape) >= SHAPE_CACHE:
+            self._by_shape.pop(next(iter(self._by_shape)))
+        self._by_shape[key] = other
+        return other
 
     def _check_shape(self, shape: Mapping[str, Any]) -> None:
         known = {shape_key(s) for s in self.card.shapes}

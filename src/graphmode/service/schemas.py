@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from graphmode.errors import ObjectiveError
+from graphmode.fingerprint import shape_of_config
 from graphmode.modes import CudaGraphMode, parse_mode
 from graphmode.profiling.grid import Grid
 from graphmode.profiling.records import ObservedFeatures
@@ -209,6 +210,26 @@ class RecommendRequest(_Strict):
     model_id: str | None = Field(
         None, max_length=200, pattern=MODEL_ID_PATTERN, description="a loaded model (default: the service's)"
     )
+    served_model_config: dict[str, Any] | None = Field(
+        None,
+        description="config.json of the model the deployment serves, as an object: its architecture, "
+        "layers, hidden size and parameter count pick the shape to predict for (default: the service's "
+        "target shape). A shape unlike any the model was trained on is answered with a warning.",
+    )
+
+    @field_validator("served_model_config")
+    @classmethod
+    def _a_model_config(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is None:
+            return v
+        shape = shape_of_config(v)
+        if not (shape["model_architecture"] or shape["num_layers"] or shape["hidden_size"]):
+            raise ValueError("no architectures, num_hidden_layers or hidden_size: not a model's config.json")
+        return v
+
+    def served_shape(self) -> dict[str, Any] | None:
+        """Shape fields of ``served_model_config`` (None when the request gave none)."""
+        return None if self.served_model_config is None else shape_of_config(self.served_model_config)
 
     @model_validator(mode="after")
     def _exactly_one_input(self) -> RecommendRequest:

@@ -38,7 +38,7 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
 _DOC = (
     "Recommend a CUDA Graph mode. Give exactly one of `features` (observed features), `workload` "
     "(a description) or `server_url` (+ `window_s`: the service scrapes that vLLM's /metrics), and "
-    "optionally an `objective` and a `model_id`."
+    "optionally an `objective`, a `model_id` and the served model's `served_model_config` (its config.json)."
 )
 
 
@@ -88,6 +88,9 @@ def answer(
     state: ServiceState, models: LoadedModels, body: RecommendRequest, observed: ObservedFeatures | None
 ) -> Response:
     rec = pick_recommender(models, body.model_id)
+    shape = body.served_shape()
+    if shape is not None:
+        rec = rec.for_shape(shape)
     try:
         objective = state.objective(body.objective, rec) if body.objective is not None else None
     except ObjectiveError as exc:
