@@ -9,7 +9,8 @@ the ones NOTES.md keeps for issue 5:
 2. noise: per shape and mode, over workloads measured in two or more engine starts, the ratio of each
    later start to the first and the coefficient of variation across starts (ITL p50, TTFT p50);
 3. medians: per shape and mode, the median over workloads of the mean over repeats; then each mode
-   against the default inside one round on one GPU (paired, free of the host effect);
+   against the default inside one round on one GPU (paired, free of the host effect), and whether the
+   rounds agree (the verdict the report and the model card carry);
 4. conditions (rows recorded since session 3 only): per engine start, the GPU, its SM clock, power and
    utilisation, the NUMA nodes vLLM ran on against the GPU's, and (since session 4) the host's CPU:
    a pure-Python probe, steal and busy time, the CPU cores vLLM's processes used and how often they
@@ -31,6 +32,15 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from graphmode.selector.paired import (
+    PAIRED_MARGIN,
+    PAIRED_METRICS,
+    PAIRED_MIN_WORKLOADS,
+    PairedRound,
+    paired_rounds,
+    paired_verdicts,
+)
 
 MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 COLUMNS = ("mode", "workload", "repeat", "run_id", "started_at", "finished_at", "startup_s", "itl_p50",
@@ -150,32 +160,36 @@ def medians(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
     return out
 
 
-def paired(shape: str, rows: list[dict[str, Any]], default: str = "FULL_AND_PIECEWISE") -> list[list[object]]:
+def paired_rounds_of(shape: str, rows: list[dict[str, Any]], default: str = "FULL_AND_PIECEWISE") -> list[PairedRound]:
     """Each mode against the default inside one round on one GPU (same repeat, same host and lease).
 
     Starts on different hosts are not exchangeable (NOTES.md, session 4), so a ratio taken inside a round
-    is free of the host effect that the spread across starts (``noise``) includes. One row per round:
-    the median over the workloads both modes measured of mode / default.
+    is free of the host effect that the spread across starts (``noise``) includes. One round per mode,
+    repeat and GPU: the median over the workloads both modes measured of mode / default. Rows from
+    before the gpu_uuid column use their profile run (one lease, one GPU) as the block.
     """
-    blocks: dict[tuple[str, int], dict[tuple[str, str], dict[str, Any]]] = defaultdict(dict)
+    measured: dict[tuple[str, str, str], dict[int, tuple[str, dict[str, float]]]] = defaultdict(dict)
     for r in rows:
-        # rows from before the gpu_uuid column: the profile run (one lease, one GPU) is the block
-        blocks[(r.get("gpu_uuid") or r["run_id"], r["repeat"])][(r["mode"], r["workload"])] = r
+        vals = {m: r[m] for m in PAIRED_METRICS if r.get(m)}
+        measured[(shape, r["workload"], r["mode"])][r["repeat"]] = (r.get("gpu_uuid") or r["run_id"], vals)
+    order = {m: i for i, m in enumerate(MODES)}
+    return sorted(paired_rounds(measured, PAIRED_METRICS, default), key=lambda p: (order[p.mode], p.repeat))
+
+
+def paired(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
     out: list[list[object]] = []
-    for mode in MODES:
-        if mode == default:
-            continue
-        for (where, repeat), cells in sorted(blocks.items(), key=lambda kv: (kv[0][1], min(
-                c["started_at"] for c in kv[1].values()))):
-            pairs = [(c, cells[(default, w)]) for (m, w), c in cells.items() if m == mode and (default, w) in cells]
-            if not pairs:
-                continue
-            line: list[object] = [shape, mode, repeat, where[4:12] if where.startswith("GPU-") else where, len(pairs)]
-            for metric in ("itl_p50", "ttft_p50"):
-                ratios = [c[metric] / d[metric] for c, d in pairs if c[metric] and d[metric]]
-                line.append(f"{statistics.median(ratios):.3f}" if ratios else "-")
-            out.append(line)
+    for p in paired_rounds_of(shape, rows):
+        n = max(k for k, _ in p.ratios.values())
+        out.append([shape, p.mode, p.repeat, p.block, n,
+                    *(f"{p.ratios[m][1]:.3f}" if m in p.ratios else "-" for m in PAIRED_METRICS)])
     return out
+
+
+def verdicts(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
+    """Whether the paired rounds agree: graphmode.selector.paired's verdict, as the report and the card."""
+    return [[shape, v.mode, v.metric, ", ".join(f"r{rep} ({n})" for rep, n, _ in v.rounds),
+             " · ".join(f"{x:.2f}" for _, _, x in v.rounds), v.verdict]
+            for v in paired_verdicts(paired_rounds_of(shape, rows))]
 
 
 def conditions(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
@@ -222,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     table("Paired inside a round on one GPU: mode / FULL_AND_PIECEWISE, median over the workloads both measured",
           ["shape", "mode", "repeat", "GPU or run", "workloads", "ITL p50 ratio", "TTFT p50 ratio"],
           (r for s, rows in data for r in paired(s, rows)))
+    table(f"Across paired rounds (each with ≥ {PAIRED_MIN_WORKLOADS} workloads): lower / higher = beyond "
+          f"±{PAIRED_MARGIN:.0%} of the default on the same side in every round",
+          ["shape", "mode", "metric", "rounds (workloads)", "mode / default per round", "verdict"],
+          (r for s, rows in data for r in verdicts(s, rows)))
     table("Conditions per engine start (median ITL p50 ms; means of SM MHz, W, GPU util %, load, Python probe "
           "ms, steal %, host busy %, vLLM CPU cores, vLLM involuntary switches/s)",
           ["shape", "run", "repeat", "mode", "GPU", "cells", "ITL p50", "SM MHz", "power W", "util %", "load 1m",

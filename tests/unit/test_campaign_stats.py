@@ -36,9 +36,14 @@ def test_tables_from_the_committed_datasets(capsys: pytest.CaptureFixture[str]) 
     assert len(medians) == 15
     assert all(" | 0 | " in line for line in medians if "| NONE |" in line)
     # paired inside a round on one GPU: the 8B shape's repeats 0 and 1 each pair all four modes with the default
-    paired = [line for line in out.split("Paired")[1].split("Conditions")[0].splitlines()
+    paired = [line for line in out.split("Paired")[1].split("Across paired rounds")[0].splitlines()
               if line.startswith("| llama-3.1-8b |")]
     assert len(paired) >= 8 and all("| 24 |" in line for line in paired if "| FULL |" in line)
+    # whether the rounds agree: NONE loses to the default on ITL in every paired round of every shape
+    verdicts = [line for line in out.split("Across paired rounds")[1].split("Conditions")[0].splitlines()
+                if line.startswith("| ")][2:]
+    assert len(verdicts) == 3 * 4 * 2  # shapes × modes other than the default × (ITL, TTFT)
+    assert all(line.endswith("| higher |") for line in verdicts if "| NONE | itl_p50 |" in line)
 
 
 def test_noise_pairs_starts_of_the_same_cell(tmp_path: Path) -> None:

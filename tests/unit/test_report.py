@@ -25,11 +25,18 @@ from graphmode.errors import DatasetError, ModelError
 from graphmode.profiling.dataset import ProfileStore
 from graphmode.profiling.records import CellRecord, Fingerprint, LatencyStats, ObservedFeatures, StartupInfo
 from graphmode.report import build_report, default_datasets
-from graphmode.report.data import HeadlineRow, ReportData, headline, load_report_data, pareto
+from graphmode.report.data import (
+    HeadlineRow,
+    ReportData,
+    headline,
+    load_report_data,
+    pareto,
+)
 from graphmode.report.decision import decision_maps, load_model
 from graphmode.report.figures import decision_figure, pareto_figure, workload_figure
-from graphmode.report.html import findings
+from graphmode.report.html import findings, verdict_table
 from graphmode.selector.card import CVReport
+from graphmode.selector.paired import PairedRound, paired_verdicts
 from graphmode.selector.registry import list_models
 
 REPO = Path(__file__).resolve().parents[2]
@@ -329,6 +336,30 @@ def test_paired_rounds_compare_modes_only_inside_one_round_on_one_gpu(tmp_path: 
     build_report([path], out, model_dir=bundled_model(), models_dir=MODELS, grid_points=5)
     section = out.read_text(encoding="utf-8").split("Inside a round, on one GPU")[1].split("</table>")[0]
     assert "aaaaaaaa" in section and f"{median(ttft):.2f} (4)" in section and "bbbbbbbb" not in section
+    verdicts = out.read_text(encoding="utf-8").split("Across rounds")[1].split("</table>")[0]
+    assert "one round" in verdicts and "r0 (4)" in verdicts  # one paired round: no verdict yet
+
+
+def _round(mode: str, rep: int, itl: tuple[int, float], ttft: tuple[int, float] | None = None) -> PairedRound:
+    ratios = {"itl_p50": itl} | ({"ttft_p50": ttft} if ttft else {})
+    return PairedRound(shape="s", mode=mode, repeat=rep, block=f"gpu{rep}", ratios=ratios)
+
+
+def test_paired_wins_reach_the_summary_and_the_verdict_table() -> None:
+    verdicts = paired_verdicts([_round("FULL", 0, (24, 0.75)), _round("FULL", 2, (3, 0.66)),
+                                _round("NONE", 0, (24, 4.3)), _round("NONE", 2, (24, 3.1))], ("itl_p50",))
+    row = HeadlineRow(shape="s", metric="itl_p50", n=24, wins={}, ties=24, default_median_loss_pct=0.0,
+                      default_max_loss_pct=9.3, default_max_loss_workload="w", default_ok=24,
+                      worst_best_mode="FULL", worst_best_value=0.0017, worst_default_value=0.00185)
+    text = findings([row], (), verdicts)
+    want = "Paired inside rounds: FULL ITL p50 0.75×/0.66× the default's, lower in 2 of 2 rounds (24, 3 workloads)"
+    assert want in text
+    assert "NONE" not in text.split("Paired inside rounds")[1]  # only wins are headline news
+    assert "Paired" not in findings([row])
+    tab = verdict_table(verdicts)
+    full = next(r for r in tab.split("<tr>") if "<td>FULL</td>" in r)
+    assert "r0 (24), r2 (3)" in full and "0.75 · 0.66" in full and "class='verdict'>lower" in full
+    assert verdict_table([]) == ""
 
 
 def test_no_paired_table_when_nothing_pairs(built: tuple[Any, str]) -> None:

@@ -35,6 +35,7 @@ from graphmode.selector.aggregate import (
 )
 from graphmode.selector.featurize import shape_key, shape_of_row
 from graphmode.selector.objective import METRICS, make_objective, regret
+from graphmode.selector.paired import PAIRED_METRICS, PairedRound, paired_rounds
 
 DEFAULT = DEFAULT_MODE.value
 
@@ -245,22 +246,6 @@ class StartEffect:
 
 
 @dataclass
-class PairedRound:
-    """One mode against the default inside one round (a repeat) measured on one GPU.
-
-    Engine starts on different hosts are not exchangeable: a host that runs vLLM's Python 30% slower
-    moves every mode of its starts. A ratio taken inside a round on one GPU cancels that; its spread
-    across rounds is the noise left for a mode comparison.
-    """
-
-    shape: str
-    mode: str
-    repeat: int
-    block: str  # GPU UUID, or the profile run for rows recorded before the UUID was
-    ratios: dict[str, tuple[int, float]]  # metric -> (workloads paired, median of mode / default)
-
-
-@dataclass
 class ParetoPoint:
     shape: str
     mode: str
@@ -336,29 +321,21 @@ class ReportData:
                                            float(np.median(cvs)) if cvs else None))
         return out
 
-    def paired_rounds(self, metrics: Sequence[str] = ("itl_p50", "ttft_p50")) -> list[PairedRound]:
-        """Per shape, mode and round on one GPU: the median over workloads of mode / default."""
-        out: list[PairedRound] = []
+    def paired_rounds(self, metrics: Sequence[str] = PAIRED_METRICS) -> list[PairedRound]:
+        """Per shape, mode and round on one GPU: the median over workloads of mode / default
+        (:func:`graphmode.selector.paired.paired_rounds`, on this report's cells)."""
+        measured: dict[tuple[str, str, str], dict[int, tuple[str, dict[str, float]]]] = {}
         for s in self.shapes:
-            for mode in self.modes:
-                if mode == DEFAULT:
-                    continue
-                rounds: dict[tuple[int, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-                for w in s.workloads:
-                    c, d = w.cells.get(mode), w.cells.get(DEFAULT)
-                    if c is None or d is None:
-                        continue
-                    for metric in metrics:
-                        mine, base = c.by_repeat.get(metric, {}), d.by_repeat.get(metric, {})
-                        for rep, v in mine.items():
-                            where = c.block.get(rep)
-                            if where and rep in base and d.block.get(rep) == where and base[rep] > 0:
-                                rounds[(rep, where)][metric].append(v / base[rep])
-                for (rep, where), by_metric in sorted(rounds.items()):
-                    label = where[4:12] if where.startswith("GPU-") else where
-                    out.append(PairedRound(s.short, mode, rep, label, {
-                        m: (len(r), float(np.median(r))) for m, r in by_metric.items() if r}))
-        return out
+            for w in s.workloads:
+                for mode, c in w.cells.items():
+                    measured[(s.short, w.label, mode)] = {
+                        rep: (where, {m: c.by_repeat[m][rep] for m in metrics if rep in c.by_repeat.get(m, {})})
+                        for rep, where in c.block.items()
+                    }
+        shapes = {s.short: i for i, s in enumerate(self.shapes)}
+        modes = {m: i for i, m in enumerate(self.modes)}
+        return sorted(paired_rounds(measured, metrics, DEFAULT),
+                      key=lambda p: (shapes.get(p.shape, 0), modes.get(p.mode, 0), p.repeat, p.block))
 
     def itl_dropped(self) -> list[tuple[str, str, str, int, int]]:
         """(shape, workload, mode, rows dropped, rows) of every cell with coalesced-chunk ITL."""

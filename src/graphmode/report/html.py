@@ -21,6 +21,7 @@ from graphmode.report.data import (
 )
 from graphmode.report.decision import DecisionMap, LoadedModel
 from graphmode.report.figures import MODE_COLORS, MODE_SHORT
+from graphmode.selector.paired import PAIRED_MARGIN, PAIRED_MIN_WORKLOADS, PairedVerdict, paired_verdicts
 
 CV_NOISY = 0.10  # a repeat CV above this is highlighted in the noise table
 PAIRED_METRICS = NOISE_METRICS
@@ -147,8 +148,10 @@ def headline_table(rows: Sequence[HeadlineRow], modes: Sequence[str]) -> str:
     return table(head, out, "headline", raw_head=True)
 
 
-def findings(rows: Sequence[HeadlineRow], saturated: Collection[tuple[str, str]] = ()) -> str:
-    """Per shape: on how many workloads the default is fine, and its worst case per latency objective.
+def findings(rows: Sequence[HeadlineRow], saturated: Collection[tuple[str, str]] = (),
+             paired: Sequence[PairedVerdict] = ()) -> str:
+    """Per shape: on how many workloads the default is fine, and its worst case per latency objective;
+    then every mode that beat the default on the same side in every paired round.
 
     A throughput worst case is named only on a ``saturated`` (shape, workload): elsewhere the engine
     delivers the offered load in every mode and the gap is which bursts the window caught."""
@@ -170,6 +173,13 @@ def findings(rows: Sequence[HeadlineRow], saturated: Collection[tuple[str, str]]
         text = f"<b>{esc(shape)}</b> — default best or tied: {ok}."
         if worst:
             text += " Worst: " + "; ".join(worst) + "."
+        wins = [v for v in paired if v.shape == shape and v.verdict == "lower"]
+        if wins:
+            text += " Paired inside rounds: " + "; ".join(
+                f"{esc(v.mode)} {esc(VIEWS[v.metric].label)} "
+                + "/".join(f"{x:.2f}×" for _, _, x in v.rounds)
+                + f" the default's, lower in {len(v.rounds)} of {len(v.rounds)} rounds ("
+                + ", ".join(str(n) for _, n, _ in v.rounds) + " workloads)" for v in wins) + "."
         items.append(f"<li>{text}</li>")
     return f"<ul class='findings'>{''.join(items)}</ul>" if items else ""
 
@@ -257,7 +267,25 @@ def paired_table(data: ReportData) -> str:
             "in the same round (repeat) on the same GPU: the median over those workloads of mode / default. "
             "Hosts differ in how fast they run vLLM's Python, and that moves every mode of a start; a ratio "
             "inside a round cancels it. A ratio on the same side of 1 in every round is a mode effect even "
-            "where the spread over all starts (the ties above) calls it noise.</p>" + table(head, rows))
+            "where the spread over all starts (the ties above) calls it noise.</p>" + table(head, rows)
+            + verdict_table(paired_verdicts(rounds, PAIRED_METRICS)))
+
+
+def verdict_table(verdicts: Sequence[PairedVerdict]) -> str:
+    if not verdicts:
+        return ""
+    head = ["model shape", "mode", "metric", "rounds (workloads)", "mode / default per round", "verdict"]
+    rows = [[esc(v.shape), esc(v.mode), esc(VIEWS[v.metric].label),
+             num(", ".join(f"r{rep} ({n})" for rep, n, _ in v.rounds)),
+             num(" · ".join(f"{x:.2f}" for _, _, x in v.rounds)),
+             f"<td class='{'verdict' if v.decisive else ''}'>{esc(v.verdict)}</td>"]
+            for v in verdicts]
+    return (f"<h3>Across rounds</h3><p>Per mode and metric, every paired round with at least "
+            f"{PAIRED_MIN_WORKLOADS} workloads. <b>lower</b> / <b>higher</b>: beyond ±{PAIRED_MARGIN:.0%} of the "
+            "default on the same side in every round (two rounds at least); <b>same</b>: within it in every "
+            "round; <b>mixed</b>: rounds disagree, so one engine start's luck decides; <b>one round</b>: "
+            "nothing to agree with yet. The selector's tie rule does not use this yet: it takes the spread "
+            "over all starts, hosts included, and keeps the default.</p>" + table(head, rows))
 
 
 def noise_table(data: ReportData) -> str:
@@ -361,6 +389,7 @@ th.mode sup { font-weight: 400; color: var(--muted); margin-left: 2px; }
 td.win { background: #fbfbfd; }
 td.noisy { background: #fef3c7; }
 td.tie { color: #92400e; font-weight: 600; }
+td.verdict { font-weight: 600; }
 td.reason { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 11px; }
 .headline td, .headline th { padding: 4px 9px; white-space: nowrap; }
 .findings { margin: 0; padding-left: 18px; font-size: 12.5px; }
@@ -435,6 +464,7 @@ def page(
                     "noise: <b>ties</b> counts those, selector tie rule). <b>Default loss</b> = how much worse vLLM's "
                     f"default {esc(DEFAULT)} is than the best mode, % of the best.</li>")
 
+    verdicts = paired_verdicts(data.paired_rounds(PAIRED_METRICS), PAIRED_METRICS)
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{esc(title)}</title>"
              "<meta name='viewport' content='width=device-width, initial-scale=1'>"
              f"<style>{CSS}</style><script type='text/javascript'>{plotly_js}</script></head><body><main>"]
@@ -444,7 +474,8 @@ def page(
                  "workloads won per mode (best mean), and how much vLLM's default loses</span></h3>"
                  + (headline_table(headline, data.modes) if headline else
                     "<p class='note'>No verdicts: the selector could not aggregate these rows.</p>")
-                 + f"</section><section><h3>In short</h3>{findings(headline, saturated_keys)}</section></div>")
+                 + "</section><section><h3>In short</h3>"
+                 + f"{findings(headline, saturated_keys, verdicts)}</section></div>")
     parts.append("<div class='top'><section><h3>What was measured <span class='muted' style='font-weight:400'>"
                  "— ok cells per mode · workloads × repeats</span></h3>" + shapes_table(data)
                  + "</section><section><ul class='notes'>"

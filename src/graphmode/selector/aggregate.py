@@ -34,6 +34,7 @@ from graphmode.modes import ALL_MODES, CudaGraphMode, parse_mode
 from graphmode.profiling.records import Fingerprint, ObservedFeatures
 from graphmode.selector.featurize import shape_key, shape_of_row
 from graphmode.selector.objective import CONSTANT_METRICS, WORKLOAD_METRICS
+from graphmode.selector.paired import PairedVerdict, measured_from_rows, paired_rounds, paired_verdicts
 
 DEFAULT_NOISE_CV = 0.03
 SHRINK_K = 2.0  # prior weight (in repeats) of the pooled noise when shrinking one cell's spread
@@ -76,6 +77,7 @@ class TrainingSet:
     n_rows_total: int
     synthetic: bool
     notes: list[str] = field(default_factory=list)
+    paired: list[PairedVerdict] = field(default_factory=list)  # mode vs default inside rounds, per shape
 
     @property
     def groups(self) -> list[str]:
@@ -105,6 +107,7 @@ class TrainingSet:
             n_rows_total=self.n_rows_total,
             synthetic=self.synthetic,
             notes=self.notes,
+            paired=self.paired,
         )
 
     def cell_sigma(self, metric: str) -> FloatArray:
@@ -366,4 +369,5 @@ def build_training_set(
         n_rows_total=n_rows_total if n_rows_total is not None else len(rows),
         synthetic=synthetic,
         notes=notes,
+        paired=paired_verdicts(paired_rounds(measured_from_rows(usable, metric_value))),
     )

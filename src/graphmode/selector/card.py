@@ -20,6 +20,7 @@ from graphmode.errors import ModelError
 from graphmode.profiling.records import Fingerprint
 from graphmode.selector.featurize import FeatureSpec
 from graphmode.selector.objective import Objective
+from graphmode.selector.paired import PairedVerdict
 
 CARD_FILE = "card.json"
 ARTIFACT_FILE = "model.skops"
@@ -197,6 +198,9 @@ class ModelCard(_Card):
     classifier_classes: list[str]
     cv: CVReport
     describe: list[DescribeCheck] = Field(default_factory=list)
+    paired: list[PairedVerdict] = Field(
+        default_factory=list, description="each mode against the default inside rounds on one GPU, per shape"
+    )
     artifacts: dict[str, ArtifactInfo]
     notes: list[str] = Field(default_factory=list)
 

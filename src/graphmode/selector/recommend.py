@@ -19,6 +19,7 @@ import copy
 import json
 import math
 import time
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -35,7 +36,8 @@ from graphmode.selector.describe import WorkloadDescription, describe_features
 from graphmode.selector.estimators import compile_classifier
 from graphmode.selector.featurize import ARCH_FIELD, SHAPE_FEATURES, shape_key
 from graphmode.selector.model import SelectorModel, _design
-from graphmode.selector.objective import TIE_Z, Objective, make_objective, rank, relative_gain
+from graphmode.selector.objective import METRICS, TIE_Z, Objective, make_objective, rank, relative_gain
+from graphmode.selector.paired import PairedVerdict
 from graphmode.selector.registry import FingerprintMatch, match_card, select_model
 
 FeatureSource = Literal["observed", "description", "server"]
@@ -148,6 +150,10 @@ class Recommender:
         self._const_cache: dict[str, list[dict[str, float | None]]] = {}
         self._shape_warning: str | None = None
         self._by_shape: dict[str, Recommender] = {}
+        self._paired: dict[tuple[str, str], list[PairedVerdict]] = defaultdict(list)
+        for v in card.paired:
+            if v.decisive:
+                self._paired[(v.shape, v.metric)].append(v)
         self._shape = self._target_shape(target)
         self._const_rows = self._constants_for(self._shape)
         e2e = "e2e_p50" in self.metrics
@@ -284,6 +290,26 @@ class Recommender:
         self._const_cache[key] = rows
         return rows
 
+    def _paired_notes(self, metric: str, best: str) -> list[str]:
+        """What the rounds measured on one host say against this answer (graphmode.selector.paired)."""
+        if not self._shape or not self._paired:
+            return []
+        better = "lower" if METRICS[metric].direction == "min" else "higher"
+        out = []
+        for v in self._paired.get((shape_key(self._shape), metric), []):
+            if v.mode != best and v.verdict == better and best == self.default_mode:
+                out.append(
+                    f"paired inside rounds on one GPU for this model shape, {v.describe()}; the tie rule "
+                    f"counts differences between hosts as noise and keeps {best}. A paired round of "
+                    f"{v.mode} and {best} (graphmode profile --modes {v.mode},{best}) would settle it"
+                )
+            elif v.mode == best and v.verdict != better:
+                out.append(
+                    f"paired inside rounds on one GPU for this model shape, {v.describe()}: inside one "
+                    f"host the default measured better"
+                )
+        return out
+
     # ---------------------------------------------------------------- inputs
     def features_of(self, inputs: Inputs) -> tuple[dict[str, Any], FeatureSource]:
         if isinstance(inputs, ObservedFeatures):
@@ -374,6 +400,7 @@ class Recommender:
             warnings.append("the model cannot check " + ", ".join(sorted(missing)))
         if self._shape_warning:
             warnings.append(self._shape_warning)
+        notes += self._paired_notes(obj.metric, best)
         if self.card.synthetic:
             warnings.append("this model was trained on SYNTHETIC data: its numbers are not measurements")
 

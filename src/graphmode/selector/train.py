@@ -387,6 +387,7 @@ def build_card(
         classifier_classes=model.classes,
         cv=report,
         describe=checks,
+        paired=ts.paired,
         artifacts={ARTIFACT_FILE: artifact},
         notes=notes,
     )
