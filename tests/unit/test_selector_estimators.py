@@ -79,6 +79,10 @@ def test_nan_holes_and_compiled_predictor(kind: str) -> None:
     assert est.n_fit_.tolist() == [23, 25, 0]
     f = est.compile()
     np.testing.assert_allclose(np.array([f(x) for x in X[:5]]), pred[:5], equal_nan=True, rtol=1e-9)
+    # a subset of the outputs, in the order asked (the per-request e2e fixed point asks for a few)
+    g = est.compile([2, 0])
+    q = X[7] + 0.1  # off the training rows, so the k-NN weights are not one row's
+    np.testing.assert_allclose(g(q), f(q)[[2, 0]], equal_nan=True, rtol=1e-9)
     if kind == "ridge":  # a linear signal is recovered
         assert np.corrcoef(pred[:, 1], Y[:, 1])[0, 1] > 0.99
 

@@ -156,21 +156,24 @@ class ColumnwiseRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         out[:, absent] = np.nan
         return np.asarray(out, dtype=np.float64)
 
-    def compile(self) -> Callable[[FloatArray], FloatArray]:
-        """A function from one raw input row to all outputs, for the per-request path (no validation)."""
+    def compile(self, columns: Sequence[int] | None = None) -> Callable[[FloatArray], FloatArray]:
+        """A function from one raw input row to all outputs (or to ``columns`` of them, in that order),
+        for the per-request path (no validation)."""
         check_is_fitted(self, "n_outputs_")
         mean, scale = self.x_mean_.copy(), self.x_scale_.copy()
-        absent = ~np.isfinite(self.y_mean_)
+        cols = np.arange(self.n_outputs_) if columns is None else np.asarray(columns, dtype=np.int64)
+        absent = ~np.isfinite(self.y_mean_[cols])
         if self.kind in ("ridge", "mean"):
-            coef, icpt = self.coef_.copy(), self.intercept_.copy()
+            coef, icpt = self.coef_[:, cols].copy(), self.intercept_[cols].copy()
             return lambda x: ((x - mean) / scale) @ coef + icpt
         if self.kind == "knn":
-            tz, ty, k = self.train_z_, self.train_y_, self.n_neighbors
-            return lambda x: _knn(((x - mean) / scale)[None, :], tz, ty, k)[0]
+            return _knn_one(mean, scale, self.train_z_, self.train_y_[:, cols], self.n_neighbors)
         flat = FlatForest.from_estimators(self.forest_.estimators_, classifier=False)
+        every = columns is None
 
         def forest_predict(x: FloatArray) -> FloatArray:
             out = flat.predict_one((x - mean) / scale)
+            out = out if every else out[cols]
             out[absent] = np.nan
             return out
 
@@ -213,6 +216,40 @@ def _knn(Zq: FloatArray, Zt: FloatArray, Yt: FloatArray, k: int) -> FloatArray:
         out = (w * ys).sum(axis=1) / wsum
     out[wsum == 0] = np.nan
     return np.asarray(out, dtype=np.float64)
+
+
+def _knn_one(
+    mean: FloatArray, scale: FloatArray, Zt: FloatArray, Yt: FloatArray, k: int
+) -> Callable[[FloatArray], FloatArray]:
+    """:func:`_knn` for one query row, ~10x faster: one sort shared by every output, one weighted sum for
+    the outputs with no holes, and a per-output pick of the nearest finite rows only where there are.
+
+    The per-request path calls it up to 30 times per workload description (the e2e fixed point), so the
+    generic (q, n, K) version's 100 µs was most of a recommendation (NOTES.md, "Service")."""
+    kk = max(k, 1)
+    finite = np.isfinite(Yt)
+    dense = finite.all(axis=0)
+    y_dense = Yt[:, dense]
+    holes = [(j, finite[:, j], Yt[:, j]) for j in np.flatnonzero(~dense)]
+    Zt, mean, scale = Zt.copy(), mean.copy(), scale.copy()
+
+    def predict(x: FloatArray) -> FloatArray:
+        d2 = (((x - mean) / scale - Zt) ** 2).sum(axis=1)
+        order = np.argsort(d2, kind="stable")
+        out = np.empty(Yt.shape[1])
+        near = order[:kk]
+        w = 1.0 / (d2[near] + 1e-9)
+        out[dense] = (w @ y_dense[near]) / w.sum()
+        for j, ok, col in holes:
+            idx = order[ok[order]][:kk]
+            if idx.size == 0:
+                out[j] = np.nan
+                continue
+            wj = 1.0 / (d2[idx] + 1e-9)
+            out[j] = float(wj @ col[idx]) / float(wj.sum())
+        return out
+
+    return predict
 
 
 def make_classifier(kind: ClassifierKind, n_classes: int, random_state: int = 0) -> Any:

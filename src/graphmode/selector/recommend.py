@@ -158,6 +158,11 @@ class Recommender:
         self._const_rows = self._constants_for(self._shape)
         e2e = "e2e_p50" in self.metrics
         self._e2e_col = self.metrics.index("e2e_p50") if e2e else None
+        # the description fixed point asks for e2e_p50 of every mode up to 30 times: predict only those
+        if self._e2e_col is not None:
+            self._reg_e2e = model.regressor.compile(
+                [i * self._n_metrics + self._e2e_col for i in range(self._n_modes)]
+            )
 
     # ---------------------------------------------------------------- loading
     @classmethod
@@ -336,8 +341,7 @@ class Recommender:
 
         def e2e(feats: dict[str, float | None]) -> float | None:
             x, _ = self.spec.vectorize(feats, self._shape)
-            logy = self._reg(_design(x[None, :])[0])
-            vals = logy[col :: self._n_metrics]
+            vals = self._reg_e2e(_design(x[None, :])[0])
             vals = vals[np.isfinite(vals)]
             return float(np.exp(vals.mean())) if vals.size else None  # geometric mean over modes
 
