@@ -32,10 +32,10 @@ try:
 except ImportError:  # run from a checkout without the package installed
     sys.path.insert(0, str(BENCH.parent / "src"))
 
-from graphmode.modes import ALL_MODES, CudaGraphMode, parse_mode  # noqa: E402
-from graphmode.profiling.dataset import ProfileStore  # noqa: E402
+from graphmode.core.dataset import ProfileStore  # noqa: E402
+from graphmode.core.modes import ALL_MODES, CudaGraphMode, parse_mode  # noqa: E402
+from graphmode.core.records import CellRecord, StartupInfo  # noqa: E402
 from graphmode.profiling.grid import Workload, load_grid  # noqa: E402
-from graphmode.profiling.records import CellRecord, StartupInfo  # noqa: E402
 from graphmode.profiling.runner import ProfileConfig, Profiler, ProfileSummary  # noqa: E402
 
 FAKE_VLLM = BENCH / "fake_vllm.py"

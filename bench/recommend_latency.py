@@ -71,7 +71,7 @@ OBJECTIVE = {"metric": "itl_p50", "constraints": ["ttft_p99<=500ms"]}
 SERVER_SCRIPT = """
 import sys, uvicorn
 from pathlib import Path
-from graphmode.settings import Settings
+from graphmode.core.settings import Settings
 from graphmode.service.app import create_app
 models_dir, model_id, port, threadpool = sys.argv[1], sys.argv[2] or None, int(sys.argv[3]), sys.argv[4] == "1"
 http, loop = sys.argv[5], sys.argv[6]
@@ -373,7 +373,7 @@ class Server:
 
 # ---------------------------------------------------------------------------------------------- in-process
 def in_process(models_dir: Path, model_id: str | None, calls: int) -> dict[str, dict[str, float]]:
-    from graphmode.profiling.records import ObservedFeatures
+    from graphmode.core.records import ObservedFeatures
     from graphmode.selector import Recommender, WorkloadDescription
 
     rec = Recommender.load(models_dir, model_id)
@@ -541,7 +541,7 @@ def main() -> int:
         if args.synthetic:
             models_dir, model_id = _synthetic_models(Path(tmp)), None
         else:
-            from graphmode.settings import load_settings
+            from graphmode.core.settings import load_settings
 
             models_dir, model_id = args.models_dir or load_settings().selector.models_dir, args.model_id
         ncpu = os.cpu_count() or 1

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from graphmode.errors import ConfigError
-from graphmode.modes import CudaGraphMode, parse_mode
+from graphmode.core.errors import ConfigError
+from graphmode.core.modes import CudaGraphMode, parse_mode
 
 _CC_FLAGS = ("--compilation-config", "-cc", "--compilation_config")
 

@@ -143,8 +143,8 @@ def test_watch_switches_rolls_back_and_completes_inflight(tmp_path: Path) -> Non
     from graphmode.control.controller import Controller, ManagedExecutor
     from graphmode.control.policy import Advice, Policy, PolicyConfig
     from graphmode.control.proxy import Proxy
-    from graphmode.modes import CudaGraphMode
-    from graphmode.profiling.records import ObservedFeatures
+    from graphmode.core.modes import CudaGraphMode
+    from graphmode.core.records import ObservedFeatures
 
     def advisor(f: ObservedFeatures) -> Advice:
         best = "PIECEWISE" if (f.arrival_rate or 0) > 10 else "NONE"

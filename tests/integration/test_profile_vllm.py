@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from graphmode.profiling.dataset import ProfileStore
+from graphmode.core.dataset import ProfileStore
 from tests.integration.vllm_cpu import FIXTURES, free_port, graphmode_cli, vllm_args, vllm_command
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1500)]

@@ -30,14 +30,14 @@ from fastapi import FastAPI
 from pydantic import SecretStr
 
 import graphmode.selector
-from graphmode.modes import CudaGraphMode
+from graphmode.core.modes import CudaGraphMode
+from graphmode.core.settings import DEFAULT_GRID, Settings
 from graphmode.profiling.grid import load_grid
 from graphmode.profiling.runner import ProfileConfig, ProfileSummary
 from graphmode.selector.card import ModelCard
 from graphmode.selector.synthetic import write_synthetic_dataset
 from graphmode.selector.train import train
 from graphmode.service.app import create_app
-from graphmode.settings import DEFAULT_GRID, Settings
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests/fixtures/vllm-0.32-cpu/metrics-after-load.txt"
@@ -558,7 +558,7 @@ class FakeRetrain:
     def __call__(self, config: ProfileConfig, **kw: Any) -> Any:
         from types import SimpleNamespace
 
-        from graphmode.profiling.records import CellRecord
+        from graphmode.core.records import CellRecord
 
         self.calls.append((config, kw))
         reporter, progress = kw["reporter"], kw["progress"]
@@ -584,7 +584,7 @@ class FakeRetrain:
                 self.started.set()
                 assert self.release.wait(20), "test never released the fake retrain"
         if self.fail:
-            from graphmode.errors import EngineStartError
+            from graphmode.core.errors import EngineStartError
 
             raise EngineStartError("vLLM exited during start-up (fake)")
         progress("training on 4 rows")

@@ -27,8 +27,8 @@ from graphmode.control.controller import Controller
 from graphmode.control.k8s import K8sExecutor, KubeClient, KubernetesError, rollout_status
 from graphmode.control.policy import Advice, Policy, PolicyConfig
 from graphmode.control.state import load_state
-from graphmode.modes import CudaGraphMode
-from graphmode.profiling.records import ObservedFeatures
+from graphmode.core.modes import CudaGraphMode
+from graphmode.core.records import ObservedFeatures
 from graphmode.vllm_args import compilation_config_of
 
 TOKEN = "sa-token-1"

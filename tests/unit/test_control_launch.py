@@ -23,15 +23,15 @@ from graphmode.control.choose import (
     merge_mode,
 )
 from graphmode.control.state import DeploymentState, save_state
-from graphmode.errors import ConfigError, ObjectiveError
-from graphmode.modes import CudaGraphMode
+from graphmode.core.errors import ConfigError, ObjectiveError
+from graphmode.core.modes import CudaGraphMode
+from graphmode.core.settings import DEFAULT_GRID
 from graphmode.profiling.grid import load_grid
 from graphmode.selector.describe import WorkloadDescription
 from graphmode.selector.objective import make_objective
 from graphmode.selector.recommend import Recommender
 from graphmode.selector.synthetic import write_synthetic_dataset
 from graphmode.selector.train import train
-from graphmode.settings import DEFAULT_GRID
 from graphmode.vllm_args import compilation_config_of
 
 NAMES = ["chat-r2-b1", "chat-r32-b0.25", "decode-heavy-r8-b1", "prefill-heavy-r2-b1", "balanced-r8-b1",

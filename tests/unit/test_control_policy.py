@@ -10,7 +10,7 @@ import pytest
 
 from graphmode.control.policy import Advice, Policy, PolicyConfig, PolicyState, advice_from_recommendation
 from graphmode.control.state import DeploymentState, load_state, save_state
-from graphmode.errors import ConfigError
+from graphmode.core.errors import ConfigError
 
 FAP, FULL, PW = "FULL_AND_PIECEWISE", "FULL", "PIECEWISE"
 

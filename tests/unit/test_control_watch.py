@@ -9,8 +9,8 @@ from starlette.testclient import TestClient
 
 from graphmode.control.controller import Controller, SwitchResult
 from graphmode.control.policy import Advice, Policy, PolicyConfig
-from graphmode.modes import CudaGraphMode
-from graphmode.profiling.records import ObservedFeatures
+from graphmode.core.modes import CudaGraphMode
+from graphmode.core.records import ObservedFeatures
 
 
 class FakeExecutor:

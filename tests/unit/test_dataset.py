@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from graphmode.errors import DatasetError
-from graphmode.profiling.dataset import COLUMNS, ProfileStore, flatten
-from graphmode.profiling.records import CellRecord, Fingerprint, LatencyStats, ObservedFeatures, StartupInfo
+from graphmode.core.dataset import COLUMNS, ProfileStore, flatten
+from graphmode.core.errors import DatasetError
+from graphmode.core.records import CellRecord, Fingerprint, LatencyStats, ObservedFeatures, StartupInfo
 
 
 def record(mode: str = "FULL", workload: str = "w1", repeat: int = 0, status: str = "ok",
@@ -204,8 +204,8 @@ def test_schema_migration_adds_missing_columns(tmp_path: Path) -> None:
 _APPENDER = textwrap.dedent(
     """
     import sys
-    from graphmode.profiling.dataset import ProfileStore
-    from graphmode.profiling.records import CellRecord
+    from graphmode.core.dataset import ProfileStore
+    from graphmode.core.records import CellRecord
 
     store = ProfileStore(sys.argv[1])
     i = 0

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from graphmode.errors import EngineDiedError, EngineError, EngineStartError
-from graphmode.modes import ALL_MODES, DEFAULT_MODE, CudaGraphMode, compilation_config, parse_mode
+from graphmode.core.errors import EngineDiedError, EngineError, EngineStartError
+from graphmode.core.modes import ALL_MODES, DEFAULT_MODE, CudaGraphMode, compilation_config, parse_mode
 from graphmode.profiling.engine import VllmServer, describe_exit, tail_lines
 
 pytestmark = pytest.mark.timeout(60)

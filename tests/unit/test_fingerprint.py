@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from graphmode.errors import ConfigError
-from graphmode.fingerprint import (
+from graphmode.core.errors import ConfigError
+from graphmode.core.fingerprint import (
     estimate_params,
     load_model_config,
     model_shape,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from graphmode.fingerprint import build_fingerprint
+from graphmode.core.fingerprint import build_fingerprint
 from graphmode.profiling import gpu
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from graphmode.errors import ConfigError, GridError
+from graphmode.core.errors import ConfigError, GridError
 from graphmode.profiling.grid import Grid, LengthDist, Workload, load_grid
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from graphmode.core.records import StartupInfo
 from graphmode.profiling.logparse import LogTail, parse_startup_log, parse_startup_log_file
-from graphmode.profiling.records import StartupInfo
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 H200 = FIXTURES / "vllm-0.24-h200"

@@ -21,7 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from graphmode.errors import GraphmodeError, ScrapeError
+from graphmode.core.errors import GraphmodeError, ScrapeError
+from graphmode.core.records import ObservedFeatures
 from graphmode.profiling.features import (
     FeatureWindow,
     binned_cv,
@@ -30,7 +31,6 @@ from graphmode.profiling.features import (
     since_last_reset,
 )
 from graphmode.profiling.metrics import Histogram, MetricsSnapshot, parse_metrics, scrape, scrape_sync
-from graphmode.profiling.records import ObservedFeatures
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu"
 IDLE = FIXTURES / "metrics-idle.txt"

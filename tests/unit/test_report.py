@@ -21,9 +21,9 @@ import pytest
 from typer.testing import CliRunner
 
 from graphmode.cli.main import app
-from graphmode.errors import DatasetError, ModelError
-from graphmode.profiling.dataset import ProfileStore
-from graphmode.profiling.records import CellRecord, Fingerprint, LatencyStats, ObservedFeatures, StartupInfo
+from graphmode.core.dataset import ProfileStore
+from graphmode.core.errors import DatasetError, ModelError
+from graphmode.core.records import CellRecord, Fingerprint, LatencyStats, ObservedFeatures, StartupInfo
 from graphmode.report import build_report, default_datasets
 from graphmode.report.data import (
     HeadlineRow,

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from graphmode.modes import CudaGraphMode
-from graphmode.profiling.dataset import ProfileStore
+from graphmode.core.dataset import ProfileStore
+from graphmode.core.modes import CudaGraphMode
+from graphmode.core.records import CellRecord, StartupInfo
 from graphmode.profiling.grid import AdaptiveWindow, LengthDist, Workload
-from graphmode.profiling.records import CellRecord, StartupInfo
 from graphmode.profiling.runner import ProfileConfig, Profiler, ProfileSummary
 
 pytestmark = pytest.mark.timeout(90)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from graphmode.modes import ALL_MODES, DEFAULT_MODE
+from graphmode.core.modes import ALL_MODES, DEFAULT_MODE
 from graphmode.selector import Recommender, WorkloadDescription, list_models
 from graphmode.selector.train import train
 

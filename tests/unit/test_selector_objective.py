@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from graphmode.errors import ObjectiveError
+from graphmode.core.errors import ObjectiveError
 from graphmode.selector.objective import (
     Constraint,
     Objective,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from graphmode.fingerprint import shape_of_config
+from graphmode.core.fingerprint import shape_of_config
 from graphmode.selector.aggregate import build_training_set, metric_value
 from graphmode.selector.featurize import shape_key
 from graphmode.selector.paired import (
@@ -97,9 +97,9 @@ def test_a_verdict_needs_the_same_side_in_every_round() -> None:
 
 
 def test_training_keeps_the_verdicts_on_the_set_and_the_card(tmp_path: Path) -> None:
-    from graphmode.profiling.dataset import ProfileStore
+    from graphmode.core.dataset import ProfileStore
+    from graphmode.core.settings import DEFAULT_GRID
     from graphmode.profiling.grid import load_grid
-    from graphmode.settings import DEFAULT_GRID
 
     names = ["chat-r2-b1", "chat-r32-b0.25", "decode-heavy-r8-b1", "prefill-heavy-r32-b0.25"]
     ds = write_synthetic_dataset(tmp_path / "ds.sqlite", workloads=load_grid(DEFAULT_GRID).select(names),

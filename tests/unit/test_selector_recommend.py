@@ -15,18 +15,18 @@ import pytest
 from typer.testing import CliRunner
 
 from graphmode.cli.main import app
-from graphmode.errors import ModelError, ObjectiveError, StaleModelError
-from graphmode.modes import CudaGraphMode
+from graphmode.core.errors import ModelError, ObjectiveError, StaleModelError
+from graphmode.core.modes import CudaGraphMode
+from graphmode.core.records import Fingerprint, ObservedFeatures
+from graphmode.core.settings import DEFAULT_GRID
 from graphmode.profiling.grid import load_grid
 from graphmode.profiling.metrics import parse_metrics
-from graphmode.profiling.records import Fingerprint, ObservedFeatures
 from graphmode.selector.describe import WorkloadDescription, describe_features
 from graphmode.selector.objective import make_objective
 from graphmode.selector.recommend import Recommendation, Recommender
 from graphmode.selector.registry import list_models, match_card, model_card, select_model
 from graphmode.selector.synthetic import SYNTHETIC_GPU, SYNTHETIC_VLLM, write_synthetic_dataset
 from graphmode.selector.train import train
-from graphmode.settings import DEFAULT_GRID
 
 REPO = Path(__file__).resolve().parents[2]
 NAMES = [
@@ -290,7 +290,7 @@ def test_one_recommender_answers_for_each_served_model() -> None:
     plain = rec.recommend(desc, "ttft_p50")
     assert any("no target shape was given" in w for w in plain.warnings)
     qwen_cfg = json.loads((root / "shapes" / "qwen2.5-0.5b.json").read_text())
-    from graphmode.fingerprint import shape_of_config
+    from graphmode.core.fingerprint import shape_of_config
 
     qwen = rec.for_shape(shape_of_config(qwen_cfg))
     assert rec.for_shape(shape_of_config(qwen_cfg)) is qwen  # cached per shape

@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 import skops.io as sio
 
-from graphmode.errors import DatasetError, ModelError
-from graphmode.modes import CudaGraphMode
-from graphmode.profiling.dataset import ProfileStore
+from graphmode.core.dataset import ProfileStore
+from graphmode.core.errors import DatasetError, ModelError
+from graphmode.core.modes import CudaGraphMode
+from graphmode.core.records import CellRecord, Fingerprint, LatencyStats, ObservedFeatures, StartupInfo
+from graphmode.core.settings import DEFAULT_GRID
 from graphmode.profiling.grid import load_grid
-from graphmode.profiling.records import CellRecord, Fingerprint, LatencyStats, ObservedFeatures, StartupInfo
 from graphmode.selector.aggregate import DEFAULT_NOISE_CV, build_training_set
 from graphmode.selector.artifacts import TRUSTED_TYPES, load_artifact, save_artifact
 from graphmode.selector.card import ARTIFACT_FILE, CARD_FILE, ModelCard
@@ -28,7 +29,6 @@ from graphmode.selector.featurize import fit_spec
 from graphmode.selector.recommend import Recommender
 from graphmode.selector.synthetic import SHAPE_05B, SHAPE_1B, SHAPE_8B, write_synthetic_dataset
 from graphmode.selector.train import train
-from graphmode.settings import DEFAULT_GRID
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_FIXTURE = REPO / "tests" / "fixtures" / "profile-cpu.sqlite"

@@ -17,9 +17,10 @@ from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
 from graphmode.cli.serve_cmd import _is_loopback
-from graphmode.errors import EngineStartError
-from graphmode.modes import CudaGraphMode
-from graphmode.profiling.records import ObservedFeatures
+from graphmode.core.errors import EngineStartError
+from graphmode.core.modes import CudaGraphMode
+from graphmode.core.records import ObservedFeatures
+from graphmode.core.settings import Settings
 from graphmode.selector.objective import METRICS
 from graphmode.selector.recommend import Recommendation
 from graphmode.service.app import validation_details
@@ -36,7 +37,6 @@ from graphmode.service.schemas import (
     RetrainRequest,
     WorkloadIn,
 )
-from graphmode.settings import Settings
 
 WORKLOAD = {"rate": 4, "input_tokens": 256, "output_tokens": 64}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from graphmode.profiling.records import LatencyStats
+from graphmode.core.records import LatencyStats
 from graphmode.profiling.stats import RequestResult, aggregate, percentile
 
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from graphmode.errors import ConfigError
-from graphmode.modes import CudaGraphMode
+from graphmode.core.errors import ConfigError
+from graphmode.core.modes import CudaGraphMode
 from graphmode.vllm_args import (
     compilation_config_of,
     get_flag,

@@ -8,8 +8,8 @@ from contextlib import contextmanager
 import typer
 from rich.console import Console
 
-from graphmode.errors import ConfigError, GraphmodeError
-from graphmode.modes import CudaGraphMode, parse_mode
+from graphmode.core.errors import ConfigError, GraphmodeError
+from graphmode.core.modes import CudaGraphMode, parse_mode
 
 EXIT_OK = 0
 EXIT_ERROR = 1

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from graphmode.cli.common import handle_errors, vllm_invocation
-from graphmode.errors import ConfigError, EngineError
+from graphmode.core.errors import ConfigError, EngineError
 
 console = Console(stderr=True)
 
@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
         with handle_errors():
             from graphmode.control.choose import ObjectiveSpec, choose_mode, merge_mode, user_choice
             from graphmode.control.state import check_deployment_id, load_state
-            from graphmode.settings import load_settings
+            from graphmode.core.settings import load_settings
 
             s = load_settings()
             command, vllm_args = vllm_invocation(ctx.args, vllm_cmd, s.vllm.argv(), need_model=False)

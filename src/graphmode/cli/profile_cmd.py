@@ -18,12 +18,12 @@ from rich.progress import (
 )
 
 from graphmode.cli.common import EXIT_PARTIAL, handle_errors, parse_modes, vllm_invocation
-from graphmode.modes import CudaGraphMode
-from graphmode.profiling.dataset import ProfileStore
+from graphmode.core.dataset import ProfileStore
+from graphmode.core.modes import CudaGraphMode
+from graphmode.core.records import CellRecord, StartupInfo
+from graphmode.core.settings import load_settings
 from graphmode.profiling.grid import Workload, load_grid
-from graphmode.profiling.records import CellRecord, StartupInfo
 from graphmode.profiling.runner import ProfileConfig, Profiler
-from graphmode.settings import load_settings
 
 console = Console(stderr=True)
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from graphmode.cli.common import handle_errors
-from graphmode.errors import ConfigError
+from graphmode.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from graphmode.selector.recommend import Recommendation
@@ -224,7 +224,7 @@ def register(app: typer.Typer) -> None:
             elif features is not None:
                 from pydantic import ValidationError
 
-                from graphmode.profiling.records import ObservedFeatures
+                from graphmode.core.records import ObservedFeatures
 
                 try:
                     inputs = ObservedFeatures.model_validate(_read_features(features))

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from graphmode.cli.common import handle_errors
-from graphmode.errors import ConfigError
+from graphmode.core.errors import ConfigError
 
 console = Console(stderr=True)
 SIZE_WARN_BYTES = 10 * 1024 * 1024

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from graphmode.cli.common import handle_errors
-from graphmode.settings import load_settings
+from graphmode.core.settings import load_settings
 
 console = Console(stderr=True)
 

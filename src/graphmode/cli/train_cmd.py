@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from graphmode.cli.common import handle_errors, parse_modes, vllm_invocation
-from graphmode.errors import ConfigError
+from graphmode.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from graphmode.selector.card import CVReport
@@ -28,8 +28,8 @@ def _pct(v: float | None) -> str:
 
 
 def _objective(metric: str | None, constraints: list[str] | None) -> Any:
+    from graphmode.core.settings import load_settings
     from graphmode.selector.objective import make_objective
-    from graphmode.settings import load_settings
 
     return make_objective(metric or load_settings().selector.objective, constraints or [])
 
@@ -265,11 +265,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Profile the current fingerprint (resuming) and train a model for it into the registry."""
         from graphmode.cli.profile_cmd import RichReporter
+        from graphmode.core.settings import load_settings
         from graphmode.profiling.grid import load_grid
         from graphmode.profiling.runner import ProfileConfig
         from graphmode.selector.retrain import retrain as run_retrain
         from graphmode.selector.retrain import retrain_dataset_path
-        from graphmode.settings import load_settings
 
         with handle_errors():
             s = load_settings()

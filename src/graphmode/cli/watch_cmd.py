@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from graphmode.cli.common import handle_errors
-from graphmode.errors import ConfigError, EngineStartError
+from graphmode.core.errors import ConfigError, EngineStartError
 
 console = Console(stderr=True)
 
@@ -103,8 +103,8 @@ async def _watch(extra: list[str], deployment_id: str, attach: str | None, attac
     from graphmode.control.policy import Policy, PolicyConfig
     from graphmode.control.proxy import Proxy
     from graphmode.control.state import check_deployment_id
-    from graphmode.modes import DEFAULT_MODE, parse_mode
-    from graphmode.settings import load_settings
+    from graphmode.core.modes import DEFAULT_MODE, parse_mode
+    from graphmode.core.settings import load_settings
     from graphmode.vllm_args import user_mode
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s graphmode.watch %(message)s")

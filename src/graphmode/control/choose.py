@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from graphmode.errors import GraphmodeError
-from graphmode.modes import DEFAULT_MODE, CudaGraphMode, parse_mode
+from graphmode.core.errors import GraphmodeError
+from graphmode.core.modes import DEFAULT_MODE, CudaGraphMode, parse_mode
 from graphmode.vllm_args import compilation_config_of, user_mode, with_mode
 
 if TYPE_CHECKING:
-    from graphmode.profiling.records import ObservedFeatures
+    from graphmode.core.records import ObservedFeatures
     from graphmode.selector.card import ModelCard
     from graphmode.selector.describe import WorkloadDescription
     from graphmode.selector.objective import Objective

@@ -40,12 +40,12 @@ from starlette.routing import Route
 from graphmode.control.policy import Advice, Decision, Policy
 from graphmode.control.proxy import Proxy, Upstream
 from graphmode.control.state import DeploymentState, load_state, save_state
-from graphmode.errors import EngineError, GraphmodeError, ScrapeError
-from graphmode.modes import CudaGraphMode, parse_mode
+from graphmode.core.errors import EngineError, GraphmodeError, ScrapeError
+from graphmode.core.modes import CudaGraphMode, parse_mode
+from graphmode.core.records import ObservedFeatures
 from graphmode.profiling.engine import VllmServer
 from graphmode.profiling.features import FeatureWindow
 from graphmode.profiling.metrics import scrape_sync
-from graphmode.profiling.records import ObservedFeatures
 from graphmode.vllm_args import with_mode
 
 log = logging.getLogger("graphmode.watch")

@@ -37,8 +37,8 @@ from typing import Any
 import httpx
 
 from graphmode.control.controller import SwitchResult
-from graphmode.errors import ConfigError, GraphmodeError
-from graphmode.modes import DEFAULT_MODE, CudaGraphMode
+from graphmode.core.errors import ConfigError, GraphmodeError
+from graphmode.core.modes import DEFAULT_MODE, CudaGraphMode
 from graphmode.vllm_args import user_mode, with_mode
 
 log = logging.getLogger("graphmode.watch")

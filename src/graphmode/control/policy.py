@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from graphmode.settings import ControlSettings
+from graphmode.core.settings import ControlSettings
 
 Clock = Callable[[], float]
 Action = Literal["stay", "hold", "switch"]

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from graphmode.control.policy import PolicyState
-from graphmode.errors import ConfigError
+from graphmode.core.errors import ConfigError
 
 MAX_DECISIONS = 200
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

@@ -18,10 +18,10 @@ from typing import IO
 
 import httpx
 
-from graphmode.errors import EngineDiedError, EngineStartError
-from graphmode.modes import CudaGraphMode
+from graphmode.core.errors import EngineDiedError, EngineStartError
+from graphmode.core.modes import CudaGraphMode
+from graphmode.core.records import StartupInfo
 from graphmode.profiling.logparse import parse_startup_log
-from graphmode.profiling.records import StartupInfo
 from graphmode.vllm_args import get_flag, has_flag, model_arg, with_mode, without_flags
 
 

@@ -51,8 +51,8 @@ import statistics
 from collections import deque
 from collections.abc import Iterator, Sequence
 
+from graphmode.core.records import ObservedFeatures
 from graphmode.profiling.metrics import Histogram, MetricsSnapshot
-from graphmode.profiling.records import ObservedFeatures
 
 
 def compute_features(snapshots: Sequence[MetricsSnapshot]) -> ObservedFeatures:

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from graphmode.errors import GridError
+from graphmode.core.errors import GridError
 
 
 class LengthDist(BaseModel):

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from graphmode.profiling.records import StartupInfo
+from graphmode.core.records import StartupInfo
 
 __all__ = ["CUDAGRAPH_MODES", "LogTail", "parse_startup_log", "parse_startup_log_file"]
 

@@ -31,7 +31,7 @@ from typing import TypeVar
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from graphmode.errors import ScrapeError
+from graphmode.core.errors import ScrapeError
 
 # Sample names, without the `_total` counters carry on the wire (added when looking them up).
 PROMPT_TOKENS = "vllm:prompt_tokens"

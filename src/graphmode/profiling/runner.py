@@ -20,11 +20,12 @@ from typing import Protocol
 
 import httpx
 
-from graphmode.errors import EngineDiedError, EngineError, EngineStartError, ScrapeError
-from graphmode.fingerprint import build_fingerprint, model_shape, torch_version_of, vllm_version_of
-from graphmode.modes import CudaGraphMode
+from graphmode.core.dataset import ProfileStore
+from graphmode.core.errors import EngineDiedError, EngineError, EngineStartError, ScrapeError
+from graphmode.core.fingerprint import build_fingerprint, model_shape, torch_version_of, vllm_version_of
+from graphmode.core.modes import CudaGraphMode
+from graphmode.core.records import CellRecord, CellStatus, Fingerprint, RunConditions, StartupInfo
 from graphmode.profiling.arrivals import plan_requests
-from graphmode.profiling.dataset import ProfileStore
 from graphmode.profiling.engine import VllmServer
 from graphmode.profiling.features import compute_features
 from graphmode.profiling.gpu import MemorySampler, gpu_facts, pci_bus_id
@@ -33,7 +34,6 @@ from graphmode.profiling.hostload import counters, cpu_model, python_probe_ms, u
 from graphmode.profiling.loadgen import run_load
 from graphmode.profiling.metrics import MetricsSnapshot, parse_metrics
 from graphmode.profiling.placement import placement
-from graphmode.profiling.records import CellRecord, CellStatus, Fingerprint, RunConditions, StartupInfo
 from graphmode.profiling.stats import RequestResult, WindowMonitor, aggregate, aggregate_window
 from graphmode.vllm_args import compilation_config_of, model_arg, without_flags
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphmode.profiling.records import LatencyStats
+from graphmode.core.records import LatencyStats
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

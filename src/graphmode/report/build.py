@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graphmode.errors import DatasetError
+from graphmode.core.errors import DatasetError
 from graphmode.report.data import ReportData, headline, load_report_data, pareto
 from graphmode.report.decision import DEFAULT_GRID_POINTS, LoadedModel, decision_maps, default_model_folder, load_model
 

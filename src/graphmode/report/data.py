@@ -1,6 +1,6 @@
 """Profile datasets → what the report shows: per (model shape, workload, mode) cells, verdicts, facts.
 
-Rows are read with :class:`~graphmode.profiling.dataset.ProfileStore` and aggregated as the selector
+Rows are read with :class:`~graphmode.core.dataset.ProfileStore` and aggregated as the selector
 does: one :class:`~graphmode.selector.aggregate.TrainingSet` per (GPU, vLLM version), so cell means,
 the noise (standard error shrunk towards the pooled spread), the ties and the rule that drops ``itl_*``
 of a row whose client read coalesced chunks (:func:`~graphmode.selector.aggregate.metric_value`) are
@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from graphmode.errors import DatasetError
-from graphmode.modes import ALL_MODES, DEFAULT_MODE, parse_mode
-from graphmode.profiling.dataset import ProfileStore
+from graphmode.core.dataset import ProfileStore
+from graphmode.core.errors import DatasetError
+from graphmode.core.modes import ALL_MODES, DEFAULT_MODE, parse_mode
 from graphmode.selector.aggregate import (
     ITL_COALESCED_RATIO,
     TrainingSet,

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from graphmode.errors import ModelError
-from graphmode.profiling.records import Fingerprint, ObservedFeatures
+from graphmode.core.errors import ModelError
+from graphmode.core.records import Fingerprint, ObservedFeatures
 from graphmode.report.data import ReportData, ShapeView
 
 if TYPE_CHECKING:
@@ -210,7 +210,7 @@ def decision_maps(
 
 
 def _answer(rec: Recommender, feats: ObservedFeatures | dict[str, Any], metric: str) -> str | None:
-    from graphmode.errors import GraphmodeError
+    from graphmode.core.errors import GraphmodeError
 
     try:
         return rec.recommend(feats, metric).mode

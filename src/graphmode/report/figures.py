@@ -6,8 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from graphmode.errors import GraphmodeError
-from graphmode.modes import ALL_MODES
+from graphmode.core.errors import GraphmodeError
+from graphmode.core.modes import ALL_MODES
 from graphmode.report.data import (
     BAR_METRICS,
     DEFAULT,

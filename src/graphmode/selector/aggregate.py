@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from graphmode.errors import DatasetError
-from graphmode.modes import ALL_MODES, CudaGraphMode, parse_mode
-from graphmode.profiling.records import Fingerprint, ObservedFeatures
+from graphmode.core.errors import DatasetError
+from graphmode.core.modes import ALL_MODES, CudaGraphMode, parse_mode
+from graphmode.core.records import Fingerprint, ObservedFeatures
 from graphmode.selector.featurize import shape_key, shape_of_row
 from graphmode.selector.objective import CONSTANT_METRICS, WORKLOAD_METRICS
 from graphmode.selector.paired import PairedVerdict, measured_from_rows, paired_rounds, paired_verdicts

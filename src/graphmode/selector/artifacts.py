@@ -20,7 +20,7 @@ from typing import Any
 
 import skops.io as sio
 
-from graphmode.errors import ModelError
+from graphmode.core.errors import ModelError
 from graphmode.selector.card import ArtifactInfo
 
 # Types (beyond skops' own defaults) a selector artifact may hold. Nothing else is ever loaded.

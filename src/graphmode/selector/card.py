@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from graphmode.errors import ModelError
-from graphmode.profiling.records import Fingerprint
+from graphmode.core.errors import ModelError
+from graphmode.core.records import Fingerprint
 from graphmode.selector.featurize import FeatureSpec
 from graphmode.selector.objective import Objective
 from graphmode.selector.paired import PairedVerdict

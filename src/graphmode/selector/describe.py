@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphmode.profiling.records import ObservedFeatures
+from graphmode.core.records import ObservedFeatures
 
 CALIBRATED = ("batch_mean", "batch_cv", "concurrency_mean", "batch_var")
 CHECKED = (

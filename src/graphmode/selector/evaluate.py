@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphmode.modes import DEFAULT_MODE
+from graphmode.core.modes import DEFAULT_MODE
 from graphmode.selector.aggregate import TrainingSet
 from graphmode.selector.card import CandidateSummary, CVReport, CVSummary, WorkloadResult
 from graphmode.selector.estimators import (

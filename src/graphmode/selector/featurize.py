@@ -1,6 +1,6 @@
 """Selector inputs: which observed features (and shape fields) a model uses, and how they become numbers.
 
-Inputs are the *observed* traffic features of :class:`~graphmode.profiling.records.ObservedFeatures`,
+Inputs are the *observed* traffic features of :class:`~graphmode.core.records.ObservedFeatures`,
 computed by :mod:`graphmode.profiling.features` in the profiler and live alike, never the grid's nominal
 knobs. Rates, token counts and batch sizes enter as ``log1p`` (latency scales multiplicatively with
 them); coefficients of variation enter as they are. When a dataset holds several model shapes, the

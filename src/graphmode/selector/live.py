@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from graphmode.errors import ScrapeError
+from graphmode.core.errors import ScrapeError
+from graphmode.core.records import ObservedFeatures
 from graphmode.profiling.features import FeatureWindow
 from graphmode.profiling.metrics import scrape_sync
-from graphmode.profiling.records import ObservedFeatures
 
 
 def metrics_url(server: str) -> str:

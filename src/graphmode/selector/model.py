@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from graphmode.errors import ModelError
-from graphmode.modes import DEFAULT_MODE
+from graphmode.core.errors import ModelError
+from graphmode.core.modes import DEFAULT_MODE
 from graphmode.selector.aggregate import TrainingSet
 from graphmode.selector.estimators import ClassifierKind, ColumnwiseRegressor, RegressorKind, make_classifier
 from graphmode.selector.featurize import FeatureSpec, fit_spec

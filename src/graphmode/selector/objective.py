@@ -34,7 +34,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphmode.errors import ObjectiveError
+from graphmode.core.errors import ObjectiveError
 
 Direction = Literal["min", "max"]
 MetricKind = Literal["workload", "constant"]

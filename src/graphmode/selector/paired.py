@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from graphmode.modes import DEFAULT_MODE, parse_mode
+from graphmode.core.modes import DEFAULT_MODE, parse_mode
 from graphmode.selector.featurize import shape_key, shape_of_row
 
 PAIRED_METRICS: tuple[str, ...] = ("itl_p50", "ttft_p50")

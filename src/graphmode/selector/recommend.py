@@ -27,9 +27,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphmode.errors import ModelError, ObjectiveError, StaleModelError
-from graphmode.modes import CudaGraphMode, compilation_config, parse_mode
-from graphmode.profiling.records import Fingerprint, ObservedFeatures
+from graphmode.core.errors import ModelError, ObjectiveError, StaleModelError
+from graphmode.core.modes import CudaGraphMode, compilation_config, parse_mode
+from graphmode.core.records import Fingerprint, ObservedFeatures
 from graphmode.selector.artifacts import load_artifact
 from graphmode.selector.card import ARTIFACT_FILE, ModelCard
 from graphmode.selector.describe import WorkloadDescription, describe_features
@@ -230,7 +230,7 @@ class Recommender:
     def for_shape(self, shape: Mapping[str, Any]) -> Recommender:
         """This model answering for another served model (a service that advises several deployments).
 
-        ``shape`` holds the fields :func:`graphmode.fingerprint.shape_of_config` reads from a config.json.
+        ``shape`` holds the fields :func:`graphmode.core.fingerprint.shape_of_config` reads from a config.json.
         The copy shares the compiled estimators; its constants and its warning (an untrained or unlike
         shape) are its own. Copies are cached per shape, at most :data:`SHAPE_CACHE` of them.
         """

@@ -28,8 +28,8 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphmode.errors import ModelError
-from graphmode.profiling.records import Fingerprint
+from graphmode.core.errors import ModelError
+from graphmode.core.records import Fingerprint
 from graphmode.selector.card import CARD_FILE, ModelCard
 
 MatchKind = Literal["exact", "compatible", "nearest", "unspecified", "explicit"]
@@ -56,7 +56,7 @@ class FingerprintMatch(BaseModel):
 
 
 def default_models_dir() -> Path:
-    from graphmode.settings import load_settings
+    from graphmode.core.settings import load_settings
 
     return load_settings().selector.models_dir
 
@@ -185,7 +185,7 @@ def select_model(
     """The model to answer for ``target`` (see the module docstring); ModelError when there is none."""
     root = Path(models_dir) if models_dir is not None else default_models_dir()
     if model_id is None:
-        from graphmode.settings import load_settings
+        from graphmode.core.settings import load_settings
 
         model_id = load_settings().selector.model_id
     if model_id:
@@ -227,7 +227,7 @@ def server_fingerprint(base_url: str, timeout: float = 5.0) -> dict[str, Any]:
 
     Best effort: every part that cannot be read is left out.
     """
-    from graphmode.fingerprint import model_shape
+    from graphmode.core.fingerprint import model_shape
 
     out: dict[str, Any] = {}
     base = base_url.rstrip("/")
@@ -260,7 +260,7 @@ def target_fingerprint(
     use_local_gpu: bool = True,
 ) -> Fingerprint:
     """The fingerprint to match models against, from what is given and what can be read here."""
-    from graphmode.fingerprint import load_model_config, shape_of_config
+    from graphmode.core.fingerprint import load_model_config, shape_of_config
     from graphmode.profiling.gpu import gpu_facts
 
     fields: dict[str, Any] = {}

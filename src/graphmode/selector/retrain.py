@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from graphmode.fingerprint import model_shape
-from graphmode.profiling.dataset import ProfileStore
+from graphmode.core.dataset import ProfileStore
+from graphmode.core.fingerprint import model_shape
 from graphmode.profiling.gpu import gpu_facts
 from graphmode.profiling.runner import ProfileConfig, Profiler, ProfileSummary, Reporter, profile_key
 from graphmode.selector.estimators import ClassifierKind, RegressorKind

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from graphmode.modes import ALL_MODES, CudaGraphMode
-from graphmode.profiling.dataset import ProfileStore
+from graphmode.core.dataset import ProfileStore
+from graphmode.core.modes import ALL_MODES, CudaGraphMode
+from graphmode.core.records import CellRecord, Fingerprint, LatencyStats, ObservedFeatures, StartupInfo
+from graphmode.core.settings import DEFAULT_GRID
 from graphmode.profiling.grid import Workload, load_grid
-from graphmode.profiling.records import CellRecord, Fingerprint, LatencyStats, ObservedFeatures, StartupInfo
-from graphmode.settings import DEFAULT_GRID
 
 SYNTHETIC_GPU = "SYNTHETIC-GPU"
 SYNTHETIC_VLLM = "0.0.0+synthetic"

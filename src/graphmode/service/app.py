@@ -25,15 +25,15 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from graphmode import __version__
-from graphmode.errors import GraphmodeError
-from graphmode.profiling.records import Fingerprint
+from graphmode.core.errors import GraphmodeError
+from graphmode.core.records import Fingerprint
+from graphmode.core.settings import Settings, load_settings
 from graphmode.service.jobs import JobRegistry
 from graphmode.service.metrics import ServiceMetrics
 from graphmode.service.middleware import BodyLimitMiddleware, MetricsMiddleware
 from graphmode.service.routers import health, jobs, models
 from graphmode.service.routers import recommend as recommend_router
 from graphmode.service.state import ServiceState
-from graphmode.settings import Settings, load_settings
 
 log = logging.getLogger("graphmode.service")
 JOB_LOCK_FILE = ".graphmode-job.lock"

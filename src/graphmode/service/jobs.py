@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
 
-from graphmode.errors import GraphmodeError
+from graphmode.core.errors import GraphmodeError
 from graphmode.service.metrics import ServiceMetrics
 from graphmode.service.schemas import JobPhase, JobProgress, JobResult, JobState, JobStatus
 

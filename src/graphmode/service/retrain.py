@@ -8,14 +8,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphmode.errors import ConfigError, GraphmodeError
-from graphmode.modes import CudaGraphMode
+from graphmode.core.errors import ConfigError, GraphmodeError
+from graphmode.core.modes import CudaGraphMode
+from graphmode.core.records import CellRecord, StartupInfo
+from graphmode.core.settings import Settings
 from graphmode.profiling.grid import Workload, load_grid
-from graphmode.profiling.records import CellRecord, StartupInfo
 from graphmode.profiling.runner import ProfileConfig
 from graphmode.service.jobs import JobContext, Work
 from graphmode.service.schemas import JobResult, ProfileOutcome, RetrainRequest
-from graphmode.settings import Settings
 from graphmode.vllm_args import model_arg
 
 if TYPE_CHECKING:

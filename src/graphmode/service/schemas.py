@@ -24,11 +24,11 @@ from pydantic import (
     model_validator,
 )
 
-from graphmode.errors import ObjectiveError
-from graphmode.fingerprint import shape_of_config
-from graphmode.modes import CudaGraphMode, parse_mode
+from graphmode.core.errors import ObjectiveError
+from graphmode.core.fingerprint import shape_of_config
+from graphmode.core.modes import CudaGraphMode, parse_mode
+from graphmode.core.records import ObservedFeatures
 from graphmode.profiling.grid import Grid
-from graphmode.profiling.records import ObservedFeatures
 from graphmode.selector.card import ModelCard
 from graphmode.selector.describe import WorkloadDescription
 from graphmode.selector.objective import (

@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphmode.errors import GraphmodeError, ModelError
-from graphmode.profiling.records import Fingerprint
+from graphmode.core.errors import GraphmodeError, ModelError
+from graphmode.core.records import Fingerprint
+from graphmode.core.settings import Settings
 from graphmode.selector.describe import WorkloadDescription
 from graphmode.selector.objective import Objective
 from graphmode.selector.recommend import Recommender
 from graphmode.selector.registry import list_models
 from graphmode.service.jobs import JobRegistry
 from graphmode.service.metrics import ServiceMetrics
-from graphmode.settings import Settings
 
 if TYPE_CHECKING:
     from graphmode.service.schemas import ObjectiveIn

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Response
 from starlette.concurrency import run_in_threadpool
 
-from graphmode.errors import GraphmodeError
+from graphmode.core.errors import GraphmodeError
 from graphmode.selector.card import ModelCard
 from graphmode.service.deps import ModelsDep, StateDep, TokenDep
 from graphmode.service.schemas import MODEL_ID_PATTERN, ModelList, ModelSummary, ReloadResponse

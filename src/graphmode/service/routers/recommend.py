@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 import anyio
 from fastapi import APIRouter, HTTPException, Response
 
-from graphmode.errors import ObjectiveError, ScrapeError
-from graphmode.profiling.records import ObservedFeatures
+from graphmode.core.errors import ObjectiveError, ScrapeError
+from graphmode.core.records import ObservedFeatures
 from graphmode.selector.recommend import FeatureSource
 from graphmode.service.deps import StateDep, pick_recommender
 from graphmode.service.schemas import RecommendRequest, RecommendResponse

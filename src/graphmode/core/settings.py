@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # src/graphmode
 DEFAULT_GRID = PACKAGE_DIR / "data" / "default_grid.yaml"
 
 
@@ -113,7 +113,7 @@ class Settings(BaseSettings):
 def load_settings() -> Settings:
     from pydantic import ValidationError
 
-    from graphmode.errors import ConfigError
+    from graphmode.core.errors import ConfigError
 
     try:
         return Settings()

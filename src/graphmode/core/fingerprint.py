@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from graphmode.profiling.records import Fingerprint
+from graphmode.core.records import Fingerprint
 
 
 def _int(cfg: dict[str, Any], *keys: str) -> int | None:
@@ -56,7 +56,7 @@ def load_model_config(model: str) -> dict[str, Any]:
     :func:`model_shape` stays silent for anything that is not a local directory, because the profiler
     also sees hub names; a path given to say *which model a deployment serves* must not be ignored.
     """
-    from graphmode.errors import ConfigError
+    from graphmode.core.errors import ConfigError
 
     path = _config_path(model)
     if not Path(model).exists():
