@@ -28,41 +28,62 @@ class VllmSettings(BaseModel):
         default="vllm serve",
         description="Command prefix that starts vLLM; model and args follow. Lets vLLM live in its own venv.",
     )
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=1, le=65535)
-    startup_timeout_s: float = Field(default=900.0, gt=0)
-    stop_timeout_s: float = Field(default=30.0, gt=0)
-    connect_timeout_s: float = Field(default=5.0, gt=0)
-    read_timeout_s: float = Field(default=300.0, gt=0)
+    host: str = Field(default="127.0.0.1", description="Address the profiled vLLM server binds to.")
+    port: int = Field(default=8000, ge=1, le=65535, description="Port of the profiled vLLM server.")
+    startup_timeout_s: float = Field(
+        default=900.0, gt=0, description="How long a vLLM start may take to answer /health before it counts as failed."
+    )
+    stop_timeout_s: float = Field(
+        default=30.0, gt=0, description="Grace between terminate and kill when a vLLM server is stopped."
+    )
+    connect_timeout_s: float = Field(default=5.0, gt=0, description="Load generator: connect timeout per request.")
+    read_timeout_s: float = Field(
+        default=300.0, gt=0, description="Load generator: longest silence on a streaming response before it fails."
+    )
 
     def argv(self) -> list[str]:
         return shlex.split(self.command)
 
 
 class ProfileSettings(BaseModel):
-    grid: Path = DEFAULT_GRID
-    dataset: Path = Path("profile.sqlite")
-    scrape_interval_s: float = Field(default=0.5, gt=0)
-    log_dir: Path = Path("graphmode-logs")
-    gpu_sample_interval_s: float = Field(default=0.5, gt=0)
+    grid: Path = Field(default=DEFAULT_GRID, description="Workload grid (YAML or TOML) that `profile` runs.")
+    dataset: Path = Field(
+        default=Path("profile.sqlite"), description="SQLite dataset `profile` appends to (one row per cell)."
+    )
+    scrape_interval_s: float = Field(
+        default=0.5, gt=0, description="How often vLLM's /metrics is scraped during a cell."
+    )
+    log_dir: Path = Field(
+        default=Path("graphmode-logs"), description="Where vLLM's server logs go, one per engine start."
+    )
+    gpu_sample_interval_s: float = Field(default=0.5, gt=0, description="Unused: nothing reads it (to be removed).")
 
 
 class SelectorSettings(BaseModel):
-    models_dir: Path = Field(default_factory=_default_models_dir)
-    objective: str = "itl_p50"
-    model_id: str | None = None
+    models_dir: Path = Field(
+        default_factory=_default_models_dir,
+        description="Model registry: one folder per trained model.",
+        json_schema_extra={"doc_default": "`models/` of a source checkout, else `./models`"},
+    )
+    objective: str = Field(default="itl_p50", description="Metric the recommendation optimises when none is given.")
+    model_id: str | None = Field(
+        default=None, description="Use this model instead of the one matched by fingerprint."
+    )
 
 
 class ServiceSettings(BaseModel):
-    host: str = "127.0.0.1"
-    port: int = Field(default=8080, ge=1, le=65535)
-    token: SecretStr | None = None
-    max_body_bytes: int = Field(default=64 * 1024, gt=0)
+    host: str = Field(default="127.0.0.1", description="Address `graphmode serve` binds to.")
+    port: int = Field(default=8080, ge=1, le=65535, description="Port `graphmode serve` listens on.")
+    token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token for reload, retrain and jobs; unset or empty disables them (403).",
+    )
+    max_body_bytes: int = Field(default=64 * 1024, gt=0, description="Largest request body; a larger one gets 413.")
     # /v1/recommend with server_url makes the service GET that server's /metrics: on a non-loopback bind,
     # an open target list would let any caller probe the network behind the service (SSRF).
     scrape_hosts: list[str] = Field(
         default_factory=lambda: ["127.0.0.1", "::1", "localhost"],
-        description="hosts server_url may name: host names (exact), IP addresses or CIDR networks; '*' = any",
+        description="Hosts a request's server_url may name: host names (exact), IPs or CIDR networks; '*' = any.",
     )
 
     @field_validator("scrape_hosts")
@@ -87,15 +108,22 @@ class ServiceSettings(BaseModel):
 
 
 class ControlSettings(BaseModel):
-    state_dir: Path = Path("graphmode-state")
-    window_s: float = Field(default=60.0, gt=0)
-    min_dwell_s: float = Field(default=600.0, ge=0)
-    cooldown_s: float = Field(default=300.0, ge=0)
-    min_gain: float = Field(default=0.05, ge=0, description="relative gain the new mode must predict")
-    horizon_s: float = Field(default=1800.0, gt=0, description="how long a switch is expected to pay")
-    max_attempts: int = Field(default=3, ge=1)
-    attempts_window_s: float = Field(default=3600.0, gt=0)
-    retry_in_s: float = Field(default=120.0, ge=0)
+    state_dir: Path = Field(
+        default=Path("graphmode-state"),
+        description="Where `watch` keeps one state file per deployment (`launch` reads its last features).",
+    )
+    window_s: float = Field(default=60.0, gt=0, description="Sliding /metrics window `watch` computes features over.")
+    min_dwell_s: float = Field(default=600.0, ge=0, description="Least time on a mode before `watch` switches again.")
+    cooldown_s: float = Field(default=300.0, ge=0, description="Least time between two switch attempts.")
+    min_gain: float = Field(default=0.05, ge=0, description="Relative gain the new mode must predict.")
+    horizon_s: float = Field(
+        default=1800.0, gt=0, description="How long a switch is expected to pay; gain × horizon must beat restart cost."
+    )
+    max_attempts: int = Field(default=3, ge=1, description="Failed switches allowed inside attempts_window_s.")
+    attempts_window_s: float = Field(default=3600.0, gt=0, description="Window that max_attempts counts failures in.")
+    retry_in_s: float = Field(
+        default=120.0, ge=0, description="After max_attempts failures: no attempt before the last failure + this."
+    )
 
 
 class Settings(BaseSettings):
