@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# Build the offline vLLM bundle for the GPU host and split it into parts that each fit one device call
-# next to the working tree (64 MiB per call, tree included), in .gpu/ (ignored by git).
+# Prepare the offline vLLM bundle for an air-gapped GPU host. Run on the workstation, from the repo root,
+# after bench/gpu/slim_tree.sh on (the part size depends on what travels with each call).
 #
-# usage (here, from the repo root): bench/gpu/prepare_bundle.sh [BUNDLE_DIR]
-# BUNDLE_DIR defaults to /tmp/bundle; an existing build there is reused. Prints the device calls to make.
+# usage: bench/gpu/prepare_bundle.sh [BUNDLE_DIR]        BUNDLE_DIR defaults to /tmp/bundle
+#
+# The GPU host has no network, so vLLM, torch and the graphmode dependencies its image lacks reach it as a
+# bundle. Each device call carries the working tree plus the files named in carry, 64 MiB in all, so the
+# bundle travels in parts that each fit beside the tree. This script builds the bundle with
+# shared/gpu-host/build-bundle.sh (beside the checkout; ~5 min), or reuses a build already in BUNDLE_DIR,
+# splits it evenly into the fewest parts that fit (2 MiB margin), puts the parts and unpack.sh in .gpu/
+# (ignored by git and kept between leases, so a later lease can skip the build) and prints the device calls
+# to make. Runbook: docs/operations.md, "Air-gapped GPU-host runbook".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bundle="${1:-/tmp/bundle}"

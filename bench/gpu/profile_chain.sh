@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Profile several shapes one after another on one GPU (run_slice.sh starts one chain per GPU).
+# One GPU's profiling chain, on the GPU host: profile several model shapes one after another on one GPU.
+# bench/gpu/run_slice.sh starts one chain per GPU; run this by hand only to debug a chain.
 #
 # usage: bench/gpu/profile_chain.sh GRID GPU SHAPE[:REPEATS[:MODES]] [...] [-- profile options...]
-# Each shape keeps its own dataset, log dir and output under /tmp/gm; the datasets are resumable and
-# seeded from models/profiles/h200-SHAPE.sqlite, so a chain cut short by the host going away loses
-# at most the cell in flight.
+#
+# SHAPE is models/shapes/SHAPE.json (vLLM runs it with dummy weights). Each shape gets its own dataset
+# /tmp/gm/SHAPE.sqlite (seeded from models/profiles/h200-SHAPE.sqlite on first use, then resumed), log dir
+# /tmp/gm/logs-SHAPE and output /tmp/gm/profile-SHAPE.out; vLLM listens on port 8100 + GPU. REPEATS becomes
+# --repeats (the total wanted; done repeats are skipped) and MODES (comma-separated) --modes. A chain cut
+# short by the end of a lease loses at most the cell in flight; the next lease resumes it.
 set -uo pipefail
 grid="$1"; gpu="$2"; shift 2
 shapes=()

@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
-# Run (or continue) profiling slices on the GPU host, one profiler per GPU, in the background, and
-# collect what they wrote.
+# Run or continue profiling slices on the GPU host, one profiler chain per GPU, and collect their results.
 #
-# usage (on the GPU host, from the repo root, after unpack.sh put vLLM in /tmp/site):
+# usage (on the GPU host, from the repo root, after .gpu/unpack.sh has put vLLM in /tmp/site):
 #   bench/gpu/run_slice.sh WAIT_S GRID SHAPE:GPU[:REPEATS[:MODES]] [SHAPE:GPU[:REPEATS[:MODES]] ...] [-- profile options...]
-# e.g. bench/gpu/run_slice.sh 540 src/graphmode/data/default_grid.yaml llama-3.1-8b:0:1 llama-3.2-1b:1:2 \
-#        qwen2.5-0.5b:1:2
-# (8B repeat 0 on GPU 0 while GPU 1 adds repeat 1 of the 1B shape and then of the Qwen shape; REPEATS
-# becomes --repeats for that shape, and shapes given the same GPU run in that order). MODES (comma-
-# separated) becomes that shape's --modes, e.g. qwen2.5-0.5b:1:4:FULL,FULL_AND_PIECEWISE adds a paired
-# round of two modes without touching the others.
+# example:
+#   bench/gpu/run_slice.sh 540 src/graphmode/data/default_grid.yaml llama-3.1-8b:0:3 qwen2.5-0.5b:1:3 llama-3.2-1b:1:3
+#   (the 8B shape on GPU 0; the Qwen shape, then the 1B shape, on GPU 1; three repeats each)
 #
-# SHAPE is a file in models/shapes/ without .json; each shape runs on one GPU (CUDA_VISIBLE_DEVICES) with
-# its own dataset and logs, so every mode of a shape is compared on the same GPU. Profilers run under
-# setsid and outlive one device call; calling this again with the same arguments while they run only
-# waits and collects. Datasets are resumable (--resume) and seeded from models/profiles/h200-SHAPE.sqlite,
-# so a new host picks up where the last slice stopped. (vLLM's compile caches, 269 MB after two shapes,
-# are too big to come back through $OUT, so every host compiles afresh: NOTES.md.)
+# Assignments:
+#   SHAPE    a file in models/shapes/ without .json; every mode of a shape runs on one GPU
+#            (CUDA_VISIBLE_DEVICES), so a round of modes is compared on the same GPU
+#   GPU      assignments that share a GPU run one after another in that order; different GPUs run at once
+#   REPEATS  becomes --repeats for that shape (the total wanted; --resume skips done repeats)
+#   MODES    comma-separated --modes, e.g. qwen2.5-0.5b:1:4:FULL,FULL_AND_PIECEWISE adds one paired round of
+#            two modes without touching the others
+#
+# The chains start under setsid and outlive the device call. The script waits up to WAIT_S seconds, then
+# copies each shape's dataset, a tarball of every log and the GPU list into $OUT. Calling it again with the
+# same arguments while the chains run starts nothing new: it only waits and collects, so a lease is one
+# start call followed by wait-and-collect calls. Datasets are resumable and seeded from
+# models/profiles/h200-SHAPE.sqlite, so a new host continues where the last lease stopped. vLLM's compile
+# caches (~270 MB) are too big to come back through $OUT, so every host compiles afresh (the first start on
+# a host takes 150-200 s). GM_PIN=numa pins each chain to the CPUs local to its GPU.
+# Runbook: docs/operations.md, "Air-gapped GPU-host runbook".
 set -uo pipefail
 wait_s="$1"; grid="$2"; shift 2
 assign=()

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Keep the large committed files that the GPU host does not need out of the working tree that travels
-# with each device call, then put them back.
+# Keep the large committed files that the GPU host does not need out of the working tree that travels with
+# each device call, then put them back. Run on the workstation, in the repo root.
 #
-# usage (here, in the repo root):  bench/gpu/slim_tree.sh on    # before the first transfer call
-#                                   bench/gpu/slim_tree.sh off   # right after the lease, before any commit
+# usage: bench/gpu/slim_tree.sh on    # before bench/gpu/prepare_bundle.sh and the first device call
+#        bench/gpu/slim_tree.sh off   # right after the lease, before any commit
 #
 # A device call carries the working tree (tracked and untracked-not-ignored files) plus its carried paths,
-# 64 MiB in all. One 50-MiB bundle part plus today's tree (the trained model, its dataset copy and the
-# report: ~27 MB) is over that. The profiler needs src/, the grid, models/shapes/ and models/profiles/
-# only. "on" untracks the big files (git rm --cached) and ignores them in .git/info/exclude, so they stay
-# on disk but do not travel; "off" undoes both. Do not commit in between: the commit would delete them.
+# 64 MiB in all; a 50-MiB bundle part does not fit beside a tree that holds trained models and images. The
+# profiler needs src/, the grid, models/shapes/ and models/profiles/ only. "on" untracks every file over
+# 1 MiB under models/ and docs/ except models/profiles/ and models/shapes/ (git rm --cached) and ignores
+# them in .git/info/exclude, so they stay on disk but do not travel; "off" undoes both. Do not commit in
+# between: the commit would delete them.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 marker="# graphmode slim_tree"

@@ -34,7 +34,7 @@ def test_cv_reports_regret_against_oracle_default_and_static(trained) -> None:  
 
 def test_coalesced_itl_rows_do_not_decide_the_oracle(trained) -> None:  # type: ignore[no-untyped-def]
     # decode-heavy-r32-b0.25 ITL p50 is ~0.04 ms for three modes because chunks were read in bursts
-    # (NOTES.md, "ITL under overload"); those values must not make one of them the oracle.
+    # (docs/method.md, "ITL under overload"); those values must not make one of them the oracle.
     w = next(w for w in trained.report.workloads
              if w.workload == "decode-heavy-r32-b0.25" and w.objective.endswith("itl_p50"))
     assert w.oracle_value is not None and w.oracle_value > 1e-3
