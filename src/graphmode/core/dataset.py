@@ -188,6 +188,22 @@ class ProfileStore:
         except sqlite3.Error as exc:
             raise DatasetError(f"cannot read {self.path}: {exc}") from exc
 
+    def put_meta(self, key: str, value: str) -> None:
+        """Set one key of the meta table (a race records each session's span there, rows or not)."""
+        if self.readonly:
+            raise DatasetError(f"{self.path} was opened read-only")
+        try:
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+        except sqlite3.Error as exc:
+            raise DatasetError(f"cannot write to {self.path}: {exc}") from exc
+
+    def meta(self, prefix: str = "") -> dict[str, str]:
+        try:
+            cur = self._db.execute("SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?", (len(prefix), prefix))
+            return {str(k): str(v) for k, v in cur}
+        except sqlite3.Error as exc:
+            raise DatasetError(f"cannot read {self.path}: {exc}") from exc
+
     def rows(self, *, status: str | None = None) -> list[dict[str, Any]]:
         sql = "SELECT * FROM cells" + (" WHERE status = ?" if status else "") + " ORDER BY id"
         try:

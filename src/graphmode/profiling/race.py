@@ -33,6 +33,7 @@ Idle load
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -213,6 +214,10 @@ class Racer:
         rows = self.store.race_rows(self.key)
         self.table = table_from_rows(rows, self.config.metrics)
         sessions: dict[str, tuple[float, float]] = {}
+        for name, value in self.store.meta(self._session_prefix).items():
+            with contextlib.suppress(ValueError, TypeError):
+                a, b = (float(x) for x in json.loads(value))
+                sessions[name.removeprefix(self._session_prefix)] = (a, b)
         for r in rows:
             t0 = float(r.get("race_session_t0") or r["started_at"])
             t1 = float(r.get("finished_at") or t0)
@@ -222,6 +227,14 @@ class Racer:
         rounds = [int(r["race_round"]) for r in rows if r.get("race_round") is not None]
         self.next_round = max(rounds) + 1 if rounds else 0
         self.rounds_before = len(self.table.rounds)
+
+    @property
+    def _session_prefix(self) -> str:
+        return f"race-session:{self.key}:"
+
+    def _mark_session(self, t0: float) -> None:
+        """This session's span so far, so a resume counts its GPU time even when it wrote no row."""
+        self.store.put_meta(self._session_prefix + self.run_id, json.dumps([t0, time.time()]))
 
     def verdicts(self) -> dict[str, ArmVerdicts]:
         names = [w.name for w in self.cells]
@@ -255,6 +268,8 @@ class Racer:
                     arm.server.stop()
                     if arm.state == "live":
                         arm.state = "stopped"
+        if summary.engine_starts:
+            self._mark_session(t0)
         summary.gpu_min = round((time.time() - t0) / 60, 2)
         summary.gpu_min_total = round(self.prior_gpu_s / 60 + summary.gpu_min, 2)
         summary.verdicts = self.verdicts()
@@ -339,6 +354,7 @@ class Racer:
             for pos, arm in enumerate(order):
                 self._cell(arm, order, pos, workload, round_, round_t0, idle_gpu, vocab, t0, summary)
             summary.rounds_run += 1
+            self._mark_session(t0)
             verdicts = self.verdicts()
             for arm in self.challengers:
                 if arm.state == "live" and verdicts[arm.name].decided(c.metrics):
