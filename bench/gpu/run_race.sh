@@ -70,7 +70,7 @@ import sqlite3, sys
 src = sqlite3.connect(sys.argv[1]); dst = sqlite3.connect(sys.argv[2]); src.backup(dst); dst.close()
 PY
   done
-  (cd "$work" && tar -czf "$OUT/logs.tgz" --exclude='model-*' --exclude='*.sqlite*' --exclude='*.pid' .) 2>/dev/null
+  (cd "$work" && tar -czf "$OUT/logs.tgz" --exclude='model-*' --exclude='vllm-cache' --exclude='*.sqlite*' --exclude='*.pid' .) 2>/dev/null
   summary > "$OUT/summary.txt"
 fi
 summary

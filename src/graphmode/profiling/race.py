@@ -37,6 +37,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -83,6 +84,7 @@ class RaceConfig:
     cell_s: float = 3.0
     warmup_s: float = 2.0
     idle_probe_s: float = 1.0
+    separate_caches: bool = True  # each arm its own VLLM_CACHE_ROOT unless the environment sets one
 
 
 @dataclass
@@ -282,17 +284,20 @@ class Racer:
         """Start *arms* overlapped (``stagger_s`` apart); wait until every one is healthy or failed."""
         c = self.config
         p = c.profile
-        torch_version = torch_version_of(p.command)
         self.reporter.engines_starting(arms)
 
         def start(i: int, arm: Arm) -> None:
             time.sleep(i * c.stagger_s)
             log = p.log_dir / f"{self.run_id}-{arm.name}.log"
+            env = dict(p.env)
+            if c.separate_caches and "VLLM_CACHE_ROOT" not in {**os.environ, **env}:
+                # Engines that start at once would write one compile cache (the default and CONTROL
+                # compute the same key): each arm compiles into its own.
+                env["VLLM_CACHE_ROOT"] = str(p.log_dir / "vllm-cache" / arm.name)
             arm.server = VllmServer(p.command, p.vllm_args, mode=arm.mode, host=p.host, port=arm.port,
                                     log_path=log, startup_timeout_s=p.startup_timeout_s,
-                                    stop_timeout_s=p.stop_timeout_s, env=p.env or None)
-            arm.fingerprint = build_fingerprint(self.profiler.gpu, self.profiler.shape, p.vllm_args, None,
-                                                torch_version)
+                                    stop_timeout_s=p.stop_timeout_s, env=env or None)
+            arm.fingerprint = build_fingerprint(self.profiler.gpu, self.profiler.shape, p.vllm_args)
             try:
                 arm.startup = arm.server.start()
             except EngineStartError as exc:
@@ -308,11 +313,14 @@ class Racer:
                    for i, a in enumerate(arms)]
         for t in threads:
             t.start()
+        torch_version = torch_version_of(p.command)  # asks vLLM's interpreter (seconds): while the engines start
         for t in threads:
             t.join()
         summary.engine_starts += len(arms)
         self.starts_wall_s = summary.starts_wall_s = round(time.time() - t0, 1)
         for arm in arms:
+            if arm.fingerprint is not None:
+                arm.fingerprint.torch_version = torch_version
             if arm.state == "failed":
                 self._fail(arm, self.order[0], self.next_round, arm.failure or "failed to start", t0, summary)
             else:
@@ -352,6 +360,8 @@ class Racer:
             idle_gpu = self._idle_gpu_util()
             round_t0 = time.time()
             for pos, arm in enumerate(order):
+                if default.state != "live":
+                    break  # nothing left to pair with this round
                 self._cell(arm, order, pos, workload, round_, round_t0, idle_gpu, vocab, t0, summary)
             summary.rounds_run += 1
             self._mark_session(t0)
