@@ -70,7 +70,7 @@ def test_race_two_real_engines_kill_one_and_resume(tmp_path: Path) -> None:
     assert len(failed) == 1 and failed[0]["race_arm"] == "NONE"
     assert "SIGKILL" in str(failed[0]["reason"]) and "last log lines" in str(failed[0]["reason"])
     for r in ok:
-        assert r["race_id"] and r["repeat"] == r["race_round"] and r["effective_mode"] == r["mode"]
+        assert r["race_id"] and r["repeat"] == r["race_round"] and r["race_requested_mode"] == r["mode"]
         assert 0 < float(r["itl_p50"]) < 1 and 0 < float(r["ttft_p50"]) < 5  # type: ignore[arg-type]
         assert r["race_starts_wall_s"] is not None and r["race_live_engines"] == 2
     # both engines came up side by side: the session's start took about one start, not two
