@@ -15,6 +15,11 @@
 # fresh host from models/profiles/race-h200-SHAPE.sqlite (commit the collected dataset under that name), and
 # reuses every round already measured (same profile key and race settings).
 #
+# Memory: every engine holds its weights, its KV share and its graphs. Rough H200 sums for all five modes plus
+# --control (6 engines) at 8G each: Qwen-0.5B ~60 GiB, Llama-1B ~70 GiB, Llama-8B ~160 GiB (does not fit: race
+# it alone with 4G, or fewer modes). Shapes raced at once share the GPU's time too: their cells interleave, which
+# adds noise to both (the pairing inside a round still cancels slow drift).
+#
 # Into $OUT (at most 8 files): race-h200-SHAPE.sqlite per shape (an SQLite backup, consistent while the race
 # writes), logs.tgz (every vLLM log and race output), summary.txt (one line per shape).
 set -uo pipefail
@@ -22,7 +27,9 @@ wait_s="$1"; shift
 assign=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do assign+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
-work=/tmp/gmr; mkdir -p "$work"
+work="${GM_WORK:-/tmp/gmr}"; mkdir -p "$work"
+py="${GM_PYTHON:-python3}"  # GM_PYTHON / GM_VLLM_CMD: a local smoke test against bench/fake_vllm.py
+vllm_cmd="${GM_VLLM_CMD:-python3 -m vllm.entrypoints.openai.api_server}"
 export PYTHONPATH="/tmp/site:$PWD/src" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
 running() { [ -f "$work/$1.pid" ] && kill -0 "$(cat "$work/$1.pid")" 2>/dev/null; }
 
@@ -37,8 +44,8 @@ for a in "${assign[@]}"; do
     [ -f "$ds" ] || { [ -f "models/profiles/race-h200-$shape.sqlite" ] && cp "models/profiles/race-h200-$shape.sqlite" "$ds"; }
     per=(); [ -n "${modes:-}" ] && per=(--modes "$modes")
     echo "$(date -u +%FT%TZ) racing $shape ${per[*]} kv $kv $*" >>"$work/race-$shape.out"
-    setsid nohup python3 -m graphmode.profiling profile --race --dataset "$ds" --port $((8200 + 20 * i)) \
-      --log-dir "$work/logs-$shape" --vllm-cmd "python3 -m vllm.entrypoints.openai.api_server" \
+    setsid nohup "$py" -m graphmode.profiling profile --race --dataset "$ds" --port $((8200 + 20 * i)) \
+      --log-dir "$work/logs-$shape" --vllm-cmd "$vllm_cmd" \
       --kv-cache-memory-bytes "$kv" "${per[@]}" "$@" \
       -- --model "$work/model-$shape" --load-format dummy --skip-tokenizer-init --max-model-len 4096 \
       >>"$work/race-$shape.out" 2>&1 < /dev/null &
@@ -65,7 +72,7 @@ if [ -n "${OUT:-}" ]; then
   for a in "${assign[@]}"; do
     shape="${a%%:*}"
     [ -f "$work/race-h200-$shape.sqlite" ] || continue
-    python3 - "$work/race-h200-$shape.sqlite" "$OUT/race-h200-$shape.sqlite" <<'PY'
+    "$py" - "$work/race-h200-$shape.sqlite" "$OUT/race-h200-$shape.sqlite" <<'PY'
 import sqlite3, sys
 src = sqlite3.connect(sys.argv[1]); dst = sqlite3.connect(sys.argv[2]); src.backup(dst); dst.close()
 PY

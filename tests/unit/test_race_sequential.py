@@ -134,3 +134,13 @@ def test_table_from_rows_keeps_ok_race_rows_only() -> None:
     t = table_from_rows(rows, ["itl_p50"])
     assert t.pairs("NONE", "itl_p50") == [(0, "w", pytest.approx(math.log(1.5)))]
     assert t.rounds == [0]
+
+
+def test_a_verdict_stands_once_reached() -> None:
+    from graphmode.profiling.sequential import sequential_decision
+
+    ys = logs(0.70, 0.72, 0.71, 1.3, 1.4, 0.9)  # better after 3 rounds; later rounds would reopen it
+    assert decide(ys, RULE).verdict == "undecided"
+    first = sequential_decision(ys, RULE)
+    assert first.verdict == "better" and first.n == 3
+    assert sequential_decision(logs(1.1, 0.9), RULE).verdict == "undecided"

@@ -46,13 +46,15 @@ def test_pooled_and_region_verdicts_from_rows() -> None:
                       "FULL": {"low": [0.8, 0.81, 0.79], "high": [1.2, 1.21, 1.19]}})
     vs = race_verdicts(rows, SequentialRule())
     pooled = {(v.mode, v.metric): v for v in vs if v.workload is None}
-    assert pooled[("NONE", "itl_p50")].verdict == "worse" and pooled[("NONE", "itl_p50")].rounds == 6
+    # decided at the first crossing (round 3 of 6) and it stands
+    assert pooled[("NONE", "itl_p50")].verdict == "worse" and pooled[("NONE", "itl_p50")].rounds == 3
     assert pooled[("FULL", "itl_p50")].verdict == "undecided"
     region = {(v.mode, v.workload): v for v in vs if v.workload is not None and v.metric == "itl_p50"}
     assert region[("FULL", "low")].verdict == "better" and region[("FULL", "high")].verdict == "worse"
     assert region[("FULL", "low")].features["arrival_rate"] == pytest.approx(2.0)
     assert pooled[("NONE", "ttft_p50")].verdict == "equivalent"  # identical TTFT every round
-    assert "NONE's itl_p50 is 1.49" in pooled[("NONE", "itl_p50")].describe()
+    assert "NONE's itl_p50 is 1.4" in pooled[("NONE", "itl_p50")].describe()
+    assert "over 3 paired rounds" in pooled[("NONE", "itl_p50")].describe()
 
 
 def _v(mode: str, verdict: str, ratio: float, workload: str | None = None, **feats: float) -> RaceVerdict:

@@ -7,6 +7,8 @@ otherwise (a log file, the GPU host's background races) one plain line per event
 from __future__ import annotations
 
 import shlex
+import signal
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,8 +192,14 @@ def print_summary(summary: RaceSummary, out: Console) -> None:
         out.print("  " + line, highlight=False, markup=False)
 
 
+def _exit_on_term(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the race's finally: every engine is stopped
+
+
 def run_race(ctx: typer.Context, o: RaceOptions, s: Settings) -> None:
     config = race_config(list(ctx.args), o, s)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_term)
     with ProfileStore(config.profile.dataset) as store:
         racer = Racer(config, store)
         arms = ", ".join(f"{a.name}:{a.port}" for a in racer.arms)

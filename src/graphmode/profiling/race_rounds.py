@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphmode.core.modes import DEFAULT_MODE
-from graphmode.profiling.sequential import Decision, SequentialRule, decide
+from graphmode.profiling.sequential import Decision, SequentialRule, sequential_decision
 
 DEFAULT_ARM = DEFAULT_MODE.value
 CONTROL_ARM = "CONTROL"
@@ -87,8 +87,9 @@ class ArmVerdicts:
 def arm_verdicts(table: RoundTable, arm: str, metrics: Sequence[str], rule: SequentialRule,
                  workloads: Iterable[str] | None = None) -> ArmVerdicts:
     names = sorted(set(workloads) if workloads is not None else {w for w, _ in table.cells.values()})
-    pooled = {m: decide([y for _, _, y in table.pairs(arm, m)], rule) for m in metrics}
-    by_workload = {(m, w): decide([y for _, _, y in table.pairs(arm, m, w)], rule) for m in metrics for w in names}
+    pooled = {m: sequential_decision([y for _, _, y in table.pairs(arm, m)], rule) for m in metrics}
+    by_workload = {(m, w): sequential_decision([y for _, _, y in table.pairs(arm, m, w)], rule)
+                   for m in metrics for w in names}
     return ArmVerdicts(arm, pooled, by_workload)
 
 

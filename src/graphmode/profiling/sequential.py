@@ -23,9 +23,11 @@ Rules, with margin ``δ`` (default 3%), after at least ``min_rounds`` (default 3
       (2.5% at 95%): stricter than the textbook TOST at 5%.
     * otherwise **undecided**.
 
-Every round is a look at the data, so the nominal error rates hold per look, not for the race: the
-minimum of rounds and the budget bound the looks, and the A/A control arm (a second engine of the
-default raced like a challenger, ``--control``) measures the false-positive rate that results.
+A verdict is taken at the first round whose interval crosses a boundary and then stands
+(:func:`sequential_decision`). Every round is a look at the data, so the nominal error rates hold per
+look, not for the race: the minimum of rounds and the budget bound the looks, and the A/A control
+arm (a second engine of the default raced like a challenger, ``--control``) measures the
+false-positive rate that results.
 """
 
 from __future__ import annotations
@@ -109,6 +111,21 @@ def decide(log_ratios: Sequence[float], rule: SequentialRule = SequentialRule())
     if -up <= lo and hi <= up:
         return Decision("equivalent", n, ratio, rlo, rhi, f"{pct} interval inside [1/(1+δ), 1+δ] (TOST)")
     return Decision("undecided", n, ratio, rlo, rhi, _open_reason(lo, hi, up, down))
+
+
+def sequential_decision(log_ratios: Sequence[float], rule: SequentialRule = SequentialRule()) -> Decision:
+    """The verdict at the first round whose interval crossed a boundary, else the open one over all rounds.
+
+    A race looks after every round and acts on the first crossing (it stops the engine once every metric
+    has one), so a verdict, once reached, stands: rounds measured later for another metric's sake do not
+    reopen it. Replaying the rounds in order gives the same answer from the dataset.
+    """
+    ys = [float(v) for v in log_ratios if math.isfinite(v)]
+    for n in range(max(rule.min_rounds, 2), len(ys) + 1):
+        d = decide(ys[:n], rule)
+        if d.decided:
+            return d
+    return decide(ys, rule)
 
 
 def _open_reason(lo: float, hi: float, up: float, down: float) -> str:
