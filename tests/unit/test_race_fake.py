@@ -127,3 +127,20 @@ def test_engine_that_cannot_start_fails_with_vllms_reason(tmp_path: Path, store:
     assert "refuses cudagraph_mode FULL" in summary.failures["FULL"]
     assert summary.arm_states["FULL"] == "failed" and summary.rounds_run == 3, "the race did not go on without FULL"
     assert {r["race_arm"] for r in store.rows(status="ok")} == {DEFAULT_ARM, "NONE"}
+
+
+def test_cli_race_dry_run_and_bad_flags(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from graphmode.cli.main import app
+
+    base = ["profile", "--race", "--dataset", str(tmp_path / "d.sqlite"), "--vllm-cmd", f"{sys.executable} x"]
+    ok = CliRunner().invoke(app, [*base, "--dry-run", "--control", "--kv-cache-memory-bytes", "8G", "--modes",
+                                  "NONE,FULL", "--", "--model", str(TINY_LLAMA), "--gpu-memory-utilization", "0.9"])
+    assert ok.exit_code == 0, ok.output
+    assert "FULL_AND_PIECEWISE:8000, NONE:8001, FULL:8002, CONTROL:8003" in ok.output
+    assert "--kv-cache-memory-bytes 8G --gpu-memory-utilization 0.05" in ok.output
+    bad = CliRunner().invoke(app, [*base, "--race-metrics", "itl_p50,goodput", "--", "--model", str(TINY_LLAMA)])
+    assert bad.exit_code == 2 and "goodput" in bad.output and "Traceback" not in bad.output
+    no_model = CliRunner().invoke(app, [*base])
+    assert no_model.exit_code == 2 and "no model" in no_model.output
