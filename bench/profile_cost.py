@@ -14,6 +14,16 @@ with it, a real vLLM::
         --dataset runs/slice1.sqlite -- /models/llama-1b --max-model-len 4096
 
 Everything after ``--`` goes to vLLM unchanged (the fake needs nothing; it gets ``--model fake-model``).
+
+``--compare`` reads datasets instead and sets a race (``graphmode profile --race``) against a grid on the
+same model shape: GPU-minutes (engine starts included), cells, engine starts, and for a race its rounds::
+
+    .venv/bin/python bench/profile_cost.py --compare models/profiles/race-h200-qwen2.5-0.5b.sqlite \
+        models/profiles/h200-qwen2.5-0.5b.sqlite
+
+A grid's GPU time is, per engine start (run, mode, repeat), its start-up plus first cell start to last cell
+end; a race's, per session, from the session's start (engines start overlapped) to its last cell, or the
+span its dataset's meta table recorded.
 """
 
 from __future__ import annotations
@@ -163,6 +173,79 @@ def cost_table(summary: ProfileSummary, reporter: CostReporter) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class DatasetCost:
+    kind: str  # "race" or "grid"
+    shape: str
+    gpu_s: float = 0.0
+    cells: int = 0
+    failed: int = 0
+    starts: int = 0
+    rounds: int = 0
+    modes: set[str] = field(default_factory=set)
+
+
+def _shape_name(row: dict[str, object]) -> str:
+    arch = row.get("fp_model_architecture") or "?"
+    params = row.get("fp_num_params_b")
+    return f"{arch} {float(params):.2f}B" if isinstance(params, int | float) else str(arch)
+
+
+def dataset_costs(path: Path) -> list[DatasetCost]:
+    """Race and grid costs per model shape in one dataset (see the module docstring)."""
+    import json
+
+    with ProfileStore(path, readonly=True) as store:
+        rows = store.rows()
+        meta = store.meta("race-session:")
+    out: dict[tuple[str, str], DatasetCost] = {}
+    starts: dict[tuple[str, str], dict[tuple[object, ...], list[float]]] = {}
+    sessions: dict[tuple[str, str], dict[str, list[float]]] = {}
+    race_ids: dict[str, tuple[str, str]] = {}
+    for r in rows:
+        kind = "race" if r.get("race_round") is not None else "grid"
+        key = (kind, _shape_name(r))
+        c = out.setdefault(key, DatasetCost(kind, key[1]))
+        c.cells += r["status"] == "ok"
+        c.failed += r["status"] != "ok"
+        c.modes.add(str(r.get("race_arm") or r["mode"]))
+        t0, t1 = float(r["started_at"]), float(r["finished_at"])
+        if kind == "grid":
+            span = starts.setdefault(key, {}).setdefault((r["run_id"], r["mode"], r["repeat"]),
+                                                         [t0, t1, float(r.get("startup_s") or 0.0)])
+            span[0], span[1] = min(span[0], t0), max(span[1], t1)
+        else:
+            race_ids[str(r.get("race_id"))] = key
+            session = sessions.setdefault(key, {}).setdefault(f"{r.get('race_id')}:{r['run_id']}", [t0, t1])
+            session[0] = min(session[0], float(r.get("race_session_t0") or t0))
+            session[1] = max(session[1], t1)
+    for name, value in meta.items():  # sessions' spans as the race recorded them, rows or not
+        _, race_id, run_id = name.split(":", 2)
+        found = race_ids.get(race_id)
+        if found is not None:
+            a, b = json.loads(value)
+            span = sessions.setdefault(found, {}).setdefault(f"{race_id}:{run_id}", [a, b])
+            span[0], span[1] = min(span[0], a), max(span[1], b)
+    for key, by_start in starts.items():
+        out[key].starts = len(by_start)
+        out[key].gpu_s = sum(t1 - t0 + startup for t0, t1, startup in by_start.values())
+    for key, by_session in sessions.items():
+        out[key].gpu_s = sum(t1 - t0 for t0, t1 in by_session.values())
+        raced = [r for r in rows if r.get("race_round") is not None and _shape_name(r) == key[1]]
+        out[key].starts = len({r.get("race_start_id") for r in raced})
+        out[key].rounds = len({(r.get("race_id"), r.get("race_round")) for r in raced})
+    return sorted(out.values(), key=lambda c: (c.shape, c.kind))
+
+
+def compare_table(costs: list[DatasetCost]) -> str:
+    head = f"{'shape':<28} {'kind':<5} {'GPU-min':>8} {'cells':>6} {'failed':>6} {'starts':>6} {'rounds':>6}  modes"
+    lines = [head, "-" * len(head)]
+    for c in costs:
+        lines.append(f"{c.shape:<28} {c.kind:<5} {c.gpu_s / 60:8.1f} {c.cells:6d} {c.failed:6d} {c.starts:6d} "
+                     f"{c.rounds or '-':>6}  {','.join(sorted(c.modes))}")
+    return "\n".join(lines)
+
+
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     vllm_args: list[str] = []
     if "--" in argv:
@@ -183,11 +266,16 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--fake-startup-s", type=float, default=1.0,
                    help="seconds the fake pretends load+capture take (default 1; ignored with --vllm-cmd)")
     p.add_argument("--quiet", action="store_true", help="no per-cell lines on stderr")
+    p.add_argument("--compare", nargs="+", type=Path, metavar="DATASET",
+                   help="profile nothing: compare race and grid cost per model shape in these datasets")
     return p.parse_args(argv), vllm_args
 
 
 def main(argv: list[str] | None = None) -> int:
     args, vllm_args = _parse(sys.argv[1:] if argv is None else argv)
+    if args.compare:
+        print(compare_table([c for path in args.compare for c in dataset_costs(path)]))
+        return 0
     tmp = Path(tempfile.mkdtemp(prefix="graphmode-cost-"))
     env: dict[str, str] = {}
     if args.vllm_cmd:

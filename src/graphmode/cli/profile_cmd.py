@@ -85,10 +85,36 @@ def register(app: typer.Typer) -> None:
         log_dir: Path = typer.Option(None, "--log-dir", help="Where vLLM server logs go."),
         startup_timeout: float = typer.Option(None, "--startup-timeout", min=1, help="Seconds to wait for /health."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; start nothing."),
+        race: bool = typer.Option(False, "--race", help="Race resident engines in paired rounds (see --budget-min)."),
+        control: bool = typer.Option(False, "--control", help="Race: add a second default engine (A/A arm)."),
+        budget_min: float = typer.Option(None, "--budget-min", min=0.1, help="Race: GPU-minutes, starts included."),
+        delta: float = typer.Option(None, "--delta", min=0.001, max=0.5, help="Race: margin, relative (0.03)."),
+        confidence: float = typer.Option(None, "--confidence", min=0.5, max=0.999, help="Race: interval level."),
+        min_rounds: int = typer.Option(None, "--min-rounds", min=2, help="Race: rounds before any verdict."),
+        max_rounds: int = typer.Option(None, "--max-rounds", min=1, help="Race: stop after this many rounds."),
+        kv_bytes: str = typer.Option(None, "--kv-cache-memory-bytes", help="Race: vLLM KV cache per engine."),
+        stagger: float = typer.Option(None, "--stagger", min=0, help="Race: seconds between engine starts."),
+        cell_s: float = typer.Option(None, "--cell-s", min=0.5, help="Race: measured seconds per cell."),
+        cell_warmup_s: float = typer.Option(None, "--cell-warmup-s", min=0, help="Race: most warm-up per cell."),
+        metrics: str = typer.Option(None, "--race-metrics", help="Race: metrics decided (itl_p50,ttft_p50)."),
     ) -> None:
-        """Start vLLM once per mode and run the workload grid against it; append one row per cell."""
+        """Start vLLM once per mode and run the workload grid against it; append one row per cell.
+
+        With --race, every mode's engine stays up side by side and the modes take turns per round until
+        each is decided against vLLM's default (better / equivalent / worse) or the budget is spent.
+        """
         with handle_errors():
             s = load_settings()
+            if race:
+                from graphmode.cli.race_view import RaceOptions, run_race
+
+                run_race(ctx, RaceOptions(
+                    grid=grid, vllm_cmd=vllm_cmd, dataset=dataset, modes=modes, workloads=workloads, port=port,
+                    log_dir=log_dir, startup_timeout=startup_timeout, dry_run=dry_run, control=control,
+                    budget_min=budget_min, delta=delta, confidence=confidence, min_rounds=min_rounds,
+                    max_rounds=max_rounds, kv_cache_memory_bytes=kv_bytes, stagger_s=stagger, cell_s=cell_s,
+                    cell_warmup_s=cell_warmup_s, metrics=metrics), s)
+                return
             grid_path = grid or s.profile.grid
             g = load_grid(grid_path)
             selected = g.select([n for n in (workloads or "").split(",") if n])

@@ -25,6 +25,7 @@ from graphmode.core.records import (
     Fingerprint,
     LatencyStats,
     ObservedFeatures,
+    RaceInfo,
     RunConditions,
     StartupInfo,
 )
@@ -52,6 +53,7 @@ _GROUPS: list[tuple[str, type[Any], str]] = [
     ("startup", StartupInfo, ""),
     ("fingerprint", Fingerprint, "fp_"),
     ("conditions", RunConditions, ""),
+    ("race", RaceInfo, "race_"),
 ]
 _SKIP = {("startup", "vllm_version")}  # the fingerprint holds it
 
@@ -136,6 +138,7 @@ class ProfileStore:
         self._db.execute(
             "CREATE INDEX IF NOT EXISTS cells_key ON cells (profile_key, mode, workload, workload_hash, repeat)"
         )
+        self._db.execute("CREATE INDEX IF NOT EXISTS cells_race ON cells (race_id, race_round)")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -176,6 +179,30 @@ class ProfileStore:
             (r[0], r[1], r[2], int(r[3])) for r in cur
             if vllm_version is None or r[4] is None or same_release(r[4], vllm_version)
         }
+
+    def race_rows(self, race_id: str) -> list[dict[str, Any]]:
+        """Every row (ok and failed) of one race, in the order written: what a resumed race starts from."""
+        try:
+            cur = self._db.execute("SELECT * FROM cells WHERE race_id = ? ORDER BY id", (race_id,))
+            return [dict(r) for r in cur]
+        except sqlite3.Error as exc:
+            raise DatasetError(f"cannot read {self.path}: {exc}") from exc
+
+    def put_meta(self, key: str, value: str) -> None:
+        """Set one key of the meta table (a race records each session's span there, rows or not)."""
+        if self.readonly:
+            raise DatasetError(f"{self.path} was opened read-only")
+        try:
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+        except sqlite3.Error as exc:
+            raise DatasetError(f"cannot write to {self.path}: {exc}") from exc
+
+    def meta(self, prefix: str = "") -> dict[str, str]:
+        try:
+            cur = self._db.execute("SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?", (len(prefix), prefix))
+            return {str(k): str(v) for k, v in cur}
+        except sqlite3.Error as exc:
+            raise DatasetError(f"cannot read {self.path}: {exc}") from exc
 
     def rows(self, *, status: str | None = None) -> list[dict[str, Any]]:
         sql = "SELECT * FROM cells" + (" WHERE status = ?" if status else "") + " ORDER BY id"

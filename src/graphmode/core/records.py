@@ -134,6 +134,34 @@ class Fingerprint(_Flat):
 CellStatus = Literal["ok", "failed"]
 
 
+class RaceInfo(_Flat):
+    """Where a cell sits in a race (:mod:`graphmode.profiling.race`); all None for grid rows.
+
+    A race measures resident engines in rounds: one workload per round, every live engine in turn. These
+    fields let a killed race resume from its rows and let the selector pair a mode with the default
+    inside each round (:mod:`graphmode.selector.verdicts`).
+    """
+
+    id: str | None = Field(None, description="race key: profile key + race settings; resumes share it")
+    round: int | None = Field(None, description="round index; the cell's request plan is seeded with it")
+    arm: str | None = Field(None, description="the mode raced, or CONTROL for the A/A arm (a second default)")
+    requested_mode: str | None = None
+    position: int | None = Field(None, description="place in the round's order (0 = first)")
+    live_engines: int | None = Field(None, description="engines resident on the GPU during the round")
+    port: int | None = None
+    start_id: str | None = Field(None, description="which engine start: session run id + arm")
+    session_t0: float | None = Field(None, description="wall clock when this session began starting engines")
+    round_t0: float | None = Field(None, description="wall clock when the round began")
+    starts_wall_s: float | None = Field(None, description="wall time to bring every engine of the session up")
+    idle_cpu_cores: float | None = Field(
+        None, description="this engine's process-tree CPU s/s while it waited for its turn"
+    )
+    neighbours_cpu_cores: float | None = Field(
+        None, description="CPU s/s of every other resident engine during this cell"
+    )
+    idle_gpu_util_pct: float | None = Field(None, description="GPU utilisation with every engine idle, round start")
+
+
 class RunConditions(_Flat):
     """What the GPU and host were doing during a cell. Not features the selector learns from: the
     conditions that can explain why two engine starts of the same mode measured differently."""
@@ -173,5 +201,6 @@ class CellRecord(_Flat):
     startup: StartupInfo = Field(default_factory=StartupInfo)
     fingerprint: Fingerprint = Field(default_factory=Fingerprint)
     conditions: RunConditions = Field(default_factory=RunConditions)
+    race: RaceInfo = Field(default_factory=RaceInfo)
     gpu_mem_used_gib_max: float | None = None
     gpu_mem_used_gib_mean: float | None = None

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # src/graphmode
 DEFAULT_GRID = PACKAGE_DIR / "data" / "default_grid.yaml"
+RACE_GRID = PACKAGE_DIR / "data" / "race_grid.yaml"
 
 
 def _default_models_dir() -> Path:
@@ -57,6 +58,27 @@ class ProfileSettings(BaseModel):
         default=Path("graphmode-logs"), description="Where vLLM's server logs go, one per engine start."
     )
     gpu_sample_interval_s: float = Field(default=0.5, gt=0, description="Unused: nothing reads it (to be removed).")
+
+
+class RaceSettings(BaseModel):
+    """``graphmode profile --race`` (graphmode.profiling.race): resident engines measured in paired rounds."""
+
+    grid: Path = RACE_GRID
+    delta: float = Field(default=0.03, gt=0, lt=1, description="margin of worse/better/equivalent, relative")
+    confidence: float = Field(default=0.95, ge=0.5, lt=1)
+    min_rounds: int = Field(default=3, ge=2)
+    budget_min: float = Field(default=10.0, gt=0, description="GPU-minutes, engine starts included")
+    max_rounds: int = Field(default=200, ge=1)
+    metrics: list[str] = Field(default_factory=lambda: ["itl_p50", "ttft_p50"])
+    cell_s: float = Field(default=3.0, gt=0, le=600, description="measured window of one cell")
+    warmup_s: float = Field(default=2.0, ge=0, le=600, description="most warm-up before a cell's window")
+    stagger_s: float = Field(default=0.0, ge=0, le=600, description="delay between overlapped engine starts")
+    kv_cache_memory_bytes: str | None = Field(default=None, description="vLLM --kv-cache-memory-bytes per engine")
+    gpu_memory_utilization: float = Field(
+        default=0.05, gt=0, le=1,
+        description="replaces --gpu-memory-utilization when a KV share is given (vLLM's start-up free-memory check)",
+    )
+    idle_probe_s: float = Field(default=1.0, ge=0, description="GPU utilisation sampled with every engine idle")
 
 
 class SelectorSettings(BaseModel):
@@ -133,6 +155,7 @@ class Settings(BaseSettings):
 
     vllm: VllmSettings = Field(default_factory=VllmSettings)
     profile: ProfileSettings = Field(default_factory=ProfileSettings)
+    race: RaceSettings = Field(default_factory=RaceSettings)
     selector: SelectorSettings = Field(default_factory=SelectorSettings)
     service: ServiceSettings = Field(default_factory=ServiceSettings)
     control: ControlSettings = Field(default_factory=ControlSettings)

@@ -202,6 +202,11 @@ class Profiler:
             summary.failed += 1
             self.reporter.cell_finished(record)
 
+    def measure_cell(self, server: VllmServer, served: str, vocab: int, mode: CudaGraphMode, workload: Workload,
+                     repeat: int, startup: StartupInfo, fingerprint: Fingerprint) -> CellRecord:
+        """One cell against a running server (the race drives resident engines through this)."""
+        return self._run_cell(server, served, vocab, mode, workload, repeat, startup, fingerprint)
+
     def _run_cell(self, server: VllmServer, served: str, vocab: int, mode: CudaGraphMode, workload: Workload,
                   repeat: int, startup: StartupInfo, fingerprint: Fingerprint) -> CellRecord:
         started = time.time()

@@ -35,6 +35,7 @@ from graphmode.core.records import Fingerprint, ObservedFeatures
 from graphmode.selector.featurize import shape_key, shape_of_row
 from graphmode.selector.objective import CONSTANT_METRICS, WORKLOAD_METRICS
 from graphmode.selector.paired import PairedVerdict, measured_from_rows, paired_rounds, paired_verdicts
+from graphmode.selector.verdicts import RaceVerdict, race_verdicts
 
 DEFAULT_NOISE_CV = 0.03
 SHRINK_K = 2.0  # prior weight (in repeats) of the pooled noise when shrinking one cell's spread
@@ -78,6 +79,7 @@ class TrainingSet:
     synthetic: bool
     notes: list[str] = field(default_factory=list)
     paired: list[PairedVerdict] = field(default_factory=list)  # mode vs default inside rounds, per shape
+    race: list[RaceVerdict] = field(default_factory=list)  # race verdicts per shape (selector.verdicts)
 
     @property
     def groups(self) -> list[str]:
@@ -370,4 +372,5 @@ def build_training_set(
         synthetic=synthetic,
         notes=notes,
         paired=paired_verdicts(paired_rounds(measured_from_rows(usable, metric_value))),
+        race=race_verdicts(usable),
     )

@@ -21,6 +21,7 @@ from graphmode.core.records import Fingerprint
 from graphmode.selector.featurize import FeatureSpec
 from graphmode.selector.objective import Objective
 from graphmode.selector.paired import PairedVerdict
+from graphmode.selector.verdicts import RaceVerdict
 
 CARD_FILE = "card.json"
 ARTIFACT_FILE = "model.skops"
@@ -200,6 +201,9 @@ class ModelCard(_Card):
     describe: list[DescribeCheck] = Field(default_factory=list)
     paired: list[PairedVerdict] = Field(
         default_factory=list, description="each mode against the default inside rounds on one GPU, per shape"
+    )
+    race: list[RaceVerdict] = Field(
+        default_factory=list, description="race verdicts per shape, mode and metric (selector.verdicts)"
     )
     artifacts: dict[str, ArtifactInfo]
     notes: list[str] = Field(default_factory=list)

@@ -39,6 +39,7 @@ from graphmode.selector.model import SelectorModel, _design
 from graphmode.selector.objective import METRICS, TIE_Z, Objective, make_objective, rank, relative_gain
 from graphmode.selector.paired import PairedVerdict
 from graphmode.selector.registry import FingerprintMatch, match_card, select_model
+from graphmode.selector.verdicts import RaceAnswer, race_decision
 
 FeatureSource = Literal["observed", "description", "server"]
 ConfidenceLevel = Literal["high", "medium", "low"]
@@ -110,6 +111,7 @@ class Recommendation(BaseModel):
     fingerprint_keys: list[str]
     fingerprint_match: str
     synthetic_model: bool = False
+    race: RaceAnswer | None = Field(None, description="what the race verdicts decided (None: no race rounds)")
     warnings: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     elapsed_ms: float | None = None
@@ -405,6 +407,16 @@ class Recommender:
         if self._shape_warning:
             warnings.append(self._shape_warning)
         notes += self._paired_notes(obj.metric, best)
+        # Race verdicts (paired rounds) decide where they exist; the tie rule above stands without them.
+        race = race_decision(
+            self.card.race, shape_key(self._shape) if self._shape else "", obj.metric, feats, ranking.order,
+            table, weighted=bool(obj.memory_weight or obj.startup_weight),
+            allowed=[m for m, s in ranking.scores.items() if s is not None and s.status != "violates"],
+            default_mode=self.default_mode,
+        ) if self.card.race else None
+        if race is not None and race.mode in ranking.scores:
+            best = race.mode
+            notes += race.notes
         if self.card.synthetic:
             warnings.append("this model was trained on SYNTHETIC data: its numbers are not measurements")
 
@@ -476,7 +488,8 @@ class Recommender:
             predicted_value=ranking.scores[best].value,
             default_mode=self.default_mode,
             gain_vs_default_pct=gain,
-            gain_significant=self.default_mode not in ranking.ties and best != self.default_mode,
+            gain_significant=(race.basis == "better" and best == race.mode) if race is not None
+            else self.default_mode not in ranking.ties and best != self.default_mode,
             ties=ranking.ties,
             constraints_met=ranking.constraints_met,
             predictions=preds,
@@ -489,6 +502,7 @@ class Recommender:
             fingerprint_keys=self.card.fingerprint_keys,
             fingerprint_match=self.match.kind,
             synthetic_model=self.card.synthetic,
+            race=race,
             warnings=warnings,
             notes=notes,
             elapsed_ms=(time.perf_counter() - t0) * 1e3,

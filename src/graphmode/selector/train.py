@@ -335,6 +335,7 @@ def build_card(
         cv=report,
         describe=checks,
         paired=ts.paired,
+        race=ts.race,
         artifacts={ARTIFACT_FILE: artifact},
         notes=notes,
     )

@@ -1,0 +1,225 @@
+"""``graphmode profile --race``: build the race from options and settings, and show it as it runs.
+
+On a terminal a live table (rich) shows the round, each arm's verdicts so far and the GPU-minutes spent;
+otherwise (a log file, the GPU host's background races) one plain line per event.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from graphmode.cli.common import EXIT_PARTIAL, parse_modes, vllm_invocation
+from graphmode.core.dataset import ProfileStore
+from graphmode.core.errors import ConfigError
+from graphmode.core.records import CellRecord
+from graphmode.core.settings import Settings
+from graphmode.profiling.grid import Workload, load_grid
+from graphmode.profiling.race import Arm, RaceConfig, Racer, RaceSummary
+from graphmode.profiling.race_rounds import KNOWN_RACE_METRICS, ArmVerdicts
+from graphmode.profiling.runner import ProfileConfig
+from graphmode.profiling.sequential import SequentialRule
+
+console = Console(stderr=True, soft_wrap=True)
+
+
+@dataclass
+class RaceOptions:
+    grid: Path | None = None
+    vllm_cmd: str | None = None
+    dataset: Path | None = None
+    modes: str | None = None
+    workloads: str | None = None
+    port: int | None = None
+    log_dir: Path | None = None
+    startup_timeout: float | None = None
+    dry_run: bool = False
+    control: bool = False
+    budget_min: float | None = None
+    delta: float | None = None
+    confidence: float | None = None
+    min_rounds: int | None = None
+    max_rounds: int | None = None
+    kv_cache_memory_bytes: str | None = None
+    stagger_s: float | None = None
+    cell_s: float | None = None
+    cell_warmup_s: float | None = None
+    metrics: str | None = None
+
+
+T = TypeVar("T")
+
+
+def _pick(value: T | None, default: T) -> T:
+    return default if value is None else value
+
+
+def race_config(args: list[str], o: RaceOptions, s: Settings) -> RaceConfig:
+    r = s.race
+    g = load_grid(o.grid or r.grid)
+    selected = g.select([n for n in (o.workloads or "").split(",") if n])
+    metrics = tuple(m for m in (o.metrics.split(",") if o.metrics else r.metrics) if m.strip())
+    unknown = [m for m in metrics if m not in KNOWN_RACE_METRICS]
+    if unknown or not metrics:
+        raise ConfigError(f"--race-metrics: {', '.join(unknown) or 'none given'}; "
+                          f"known: {', '.join(KNOWN_RACE_METRICS)}")
+    command, vllm_args = vllm_invocation(args, o.vllm_cmd, s.vllm.argv(), need_model=True)
+    profile = ProfileConfig(
+        command=command, vllm_args=vllm_args, modes=parse_modes(o.modes), workloads=selected,
+        dataset=o.dataset or s.profile.dataset, log_dir=o.log_dir or s.profile.log_dir, host=s.vllm.host,
+        port=o.port or s.vllm.port, resume=True, scrape_interval_s=s.profile.scrape_interval_s,
+        startup_timeout_s=o.startup_timeout or s.vllm.startup_timeout_s, stop_timeout_s=s.vllm.stop_timeout_s,
+        connect_timeout_s=s.vllm.connect_timeout_s, read_timeout_s=s.vllm.read_timeout_s,
+    )
+    try:
+        rule = SequentialRule(delta=_pick(o.delta, r.delta), confidence=_pick(o.confidence, r.confidence),
+                              min_rounds=_pick(o.min_rounds, r.min_rounds))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return RaceConfig(
+        profile=profile, rule=rule, metrics=metrics, budget_min=_pick(o.budget_min, r.budget_min),
+        max_rounds=_pick(o.max_rounds, r.max_rounds), control=o.control,
+        kv_cache_memory_bytes=_pick(o.kv_cache_memory_bytes, r.kv_cache_memory_bytes),
+        gpu_memory_utilization=r.gpu_memory_utilization, stagger_s=_pick(o.stagger_s, r.stagger_s),
+        cell_s=_pick(o.cell_s, r.cell_s), warmup_s=_pick(o.cell_warmup_s, r.warmup_s),
+        idle_probe_s=r.idle_probe_s,
+    )
+
+
+def _fmt_ms(v: float | None) -> str:
+    return f"{v * 1e3:.2f} ms" if v is not None else "-"
+
+
+class PlainRaceReporter:
+    """One line per event, for logs."""
+
+    def __init__(self, out: Console) -> None:
+        self.out = out
+
+    def _p(self, msg: str) -> None:
+        self.out.print(msg, highlight=False, markup=False)
+
+    def engines_starting(self, arms: Sequence[Arm]) -> None:
+        self._p("starting " + ", ".join(f"{a.name} (port {a.port})" for a in arms))
+
+    def engine_started(self, arm: Arm) -> None:
+        st = arm.startup
+        self._p(f"{arm.name}: up in {st.startup_s or 0:.0f} s" +
+                (f", graphs {st.graph_gib} GiB" if st.graph_gib is not None else ""))
+
+    def engine_failed(self, arm: Arm) -> None:
+        self._p(f"{arm.name}: FAILED: {(arm.failure or '').splitlines()[0] if arm.failure else ''}")
+
+    def round_starting(self, round_: int, workload: Workload, order: Sequence[Arm]) -> None:
+        self._p(f"round {round_}: {workload.name}: " + " → ".join(a.name for a in order))
+
+    def cell_finished(self, record: CellRecord) -> None:
+        lat = record.latency
+        arm = record.race.arm or record.mode
+        if record.status == "ok":
+            self._p(f"  {arm}: ITL p50 {_fmt_ms(lat.itl_p50)}, TTFT p50 {_fmt_ms(lat.ttft_p50)}, "
+                    f"{lat.n_ok}/{lat.n_sent} done")
+        else:
+            self._p(f"  {arm}: FAILED {(record.reason or '').splitlines()[0] if record.reason else ''}")
+
+    def round_finished(self, round_: int, verdicts: dict[str, ArmVerdicts], spent_min: float) -> None:
+        bits = [f"{a} {m}={d.verdict}" + (f"({d.ratio:.3f})" if d.ratio else "")
+                for a, v in verdicts.items() for m, d in v.pooled.items()]
+        self._p(f"round {round_} done, {spent_min:.1f} GPU-min: " + ", ".join(bits))
+
+    def engine_stopped(self, arm: Arm) -> None:
+        self._p(f"{arm.name}: engine stopped ({arm.stop_reason})")
+
+
+class LiveRaceReporter(PlainRaceReporter):
+    """The plain lines scroll above a live table of verdicts so far."""
+
+    def __init__(self, out: Console, metrics: Sequence[str]) -> None:
+        super().__init__(out)
+        self.metrics = list(metrics)
+        self.live: Live | None = None
+        self.state = "starting engines"
+        self.verdicts: dict[str, ArmVerdicts] = {}
+        self.spent = 0.0
+
+    def table(self) -> Table:
+        t = Table(title=f"race: {self.state} · {self.spent:.1f} GPU-min", title_justify="left")
+        t.add_column("arm")
+        for m in self.metrics:
+            t.add_column(m)
+        for arm, v in self.verdicts.items():
+            t.add_row(arm, *[_cell(v.pooled[m].verdict, v.pooled[m].ratio, v.pooled[m].lo, v.pooled[m].hi)
+                             if m in v.pooled else "-" for m in self.metrics])
+        return t
+
+    def _refresh(self) -> None:
+        if self.live is not None:
+            self.live.update(self.table())
+
+    def round_starting(self, round_: int, workload: Workload, order: Sequence[Arm]) -> None:
+        super().round_starting(round_, workload, order)
+        self.state = f"round {round_} ({workload.name})"
+        self._refresh()
+
+    def round_finished(self, round_: int, verdicts: dict[str, ArmVerdicts], spent_min: float) -> None:
+        self.verdicts, self.spent = verdicts, spent_min
+        self._refresh()
+
+
+def _cell(verdict: str, ratio: float | None, lo: float | None, hi: float | None) -> str:
+    color = {"better": "green", "worse": "red", "equivalent": "cyan"}.get(verdict, "yellow")
+    num = f" {ratio:.3f}×" if ratio is not None else ""
+    ci = f" [{lo:.2f}–{hi:.2f}]" if lo is not None and hi is not None else ""
+    return f"[{color}]{verdict}[/]{num}{ci}"
+
+
+def print_summary(summary: RaceSummary, out: Console) -> None:
+    out.print(f"race {summary.race_id}: {summary.stop_reason}; {summary.rounds_run} rounds this session "
+              f"({summary.rounds_before} before), {summary.cells_ok} cells ok, {summary.cells_failed} failed, "
+              f"{summary.engine_starts} engine starts, {summary.gpu_min:.1f} GPU-min "
+              f"({summary.gpu_min_total:.1f} in all)", highlight=False, markup=False)
+    for line in summary.lines():
+        out.print("  " + line, highlight=False, markup=False)
+
+
+def _exit_on_term(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the race's finally: every engine is stopped
+
+
+def run_race(ctx: typer.Context, o: RaceOptions, s: Settings) -> None:
+    config = race_config(list(ctx.args), o, s)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_term)
+    with ProfileStore(config.profile.dataset) as store:
+        racer = Racer(config, store)
+        arms = ", ".join(f"{a.name}:{a.port}" for a in racer.arms)
+        console.print(f"race {racer.key}: {arms}; {len(racer.cells)} workloads "
+                      f"({', '.join(w.name for w in racer.order)}); {racer.rounds_before} rounds already "
+                      f"measured; budget {config.budget_min:g} GPU-min, δ {config.rule.delta:g}, "
+                      f"{config.rule.confidence:.0%} intervals", highlight=False, markup=False)
+        if o.dry_run:
+            console.print("vLLM command: " + shlex.join([*config.profile.command, *config.profile.vllm_args]),
+                          highlight=False, markup=False)
+            return
+        if console.is_terminal:
+            reporter = LiveRaceReporter(console, config.metrics)
+            with Live(reporter.table(), console=console, refresh_per_second=2) as live:
+                reporter.live = live
+                racer.reporter = reporter
+                summary = racer.run()
+        else:
+            racer.reporter = PlainRaceReporter(console)
+            summary = racer.run()
+    print_summary(summary, console)
+    if summary.failures:
+        raise typer.Exit(EXIT_PARTIAL)

@@ -1,0 +1,474 @@
+"""A race: the candidate modes' vLLM engines resident side by side on one GPU, measured in paired rounds.
+
+Why
+    Between two starts of one mode, latency moved by 10–28% on the small shapes (NOTES.md, issue 17), more
+    than the modes differ, so a grid that starts each mode once per repeat needs many repeats. Engines that
+    stay up side by side and take turns on the same workload see the same host state within seconds: the
+    ratio mode / default inside a round cancels most of it.
+
+How
+    1. Start the default and every undecided challenger at once (``stagger_s`` apart), each on its own port
+       (``port``, ``port + 1``, ...). With ``kv_cache_memory_bytes`` every engine gets that KV share and
+       ``--gpu-memory-utilization`` is replaced by a small value, because vLLM's start-up check of free
+       memory against that fraction counts the neighbours' memory (issue 17's probe: "-2.96 GiB").
+    2. Rounds: one workload (:mod:`graphmode.profiling.race_design`) on every live engine, one after the
+       other, in an order rotated by one place each round so slow drift hits every position alike. Each
+       cell is a normal dataset row plus race columns (:class:`graphmode.core.records.RaceInfo`).
+    3. After each round, the sequential rule (:mod:`graphmode.profiling.sequential`) per (arm, metric) on
+       ``ln(arm / default)``. An arm decided on every metric is stopped (frees the GPU); the default stays.
+    4. Stop when every arm is decided, the design has no open workload, or the GPU-minutes (wall time of
+       every session of this race, engine starts included) reach the budget.
+
+Resume
+    The race key is the profile key plus the race settings that shape a verdict. A new session with the
+    same key reads the race's rows, reuses every measured round, starts only arms still undecided and
+    numbers its rounds after the last one. An arm whose engine died in an earlier session is tried again
+    (a failure is not a verdict); within a session a failed arm stays down.
+
+Idle load
+    While an engine waits for its turn its process tree's CPU seconds per second are recorded
+    (``race_idle_cpu_cores``), the other engines' during each cell (``race_neighbours_cpu_cores``), and
+    the GPU's utilisation over ``idle_probe_s`` with every engine idle at each round's start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from graphmode.core.dataset import ProfileStore
+from graphmode.core.errors import EngineDiedError, EngineStartError
+from graphmode.core.fingerprint import build_fingerprint, torch_version_of
+from graphmode.core.modes import DEFAULT_MODE, CudaGraphMode
+from graphmode.core.records import CellRecord, Fingerprint, RaceInfo, StartupInfo
+from graphmode.profiling.engine import VllmServer
+from graphmode.profiling.gpu import MemorySampler
+from graphmode.profiling.grid import Workload
+from graphmode.profiling.hostload import Counters, counters, usage
+from graphmode.profiling.race_design import next_workload, race_cell, spread_order
+from graphmode.profiling.race_rounds import (
+    CONTROL_ARM,
+    DEFAULT_ARM,
+    RACE_METRICS,
+    ArmVerdicts,
+    RoundTable,
+    arm_verdicts,
+    table_from_rows,
+)
+from graphmode.profiling.runner import DEFAULT_VOCAB, ProfileConfig, Profiler, _served_model
+from graphmode.profiling.sequential import SequentialRule
+from graphmode.vllm_args import without_flags
+
+ArmState = Literal["pending", "live", "decided", "failed", "stopped"]
+
+
+@dataclass
+class RaceConfig:
+    profile: ProfileConfig  # command, vLLM args, modes, the workload design, dataset, logs, host, first port
+    rule: SequentialRule = field(default_factory=SequentialRule)
+    metrics: tuple[str, ...] = RACE_METRICS
+    budget_min: float = 10.0
+    max_rounds: int = 200
+    control: bool = False
+    kv_cache_memory_bytes: str | None = None
+    gpu_memory_utilization: float = 0.05
+    stagger_s: float = 0.0
+    cell_s: float = 3.0
+    warmup_s: float = 2.0
+    idle_probe_s: float = 1.0
+    separate_caches: bool = True  # each arm its own VLLM_CACHE_ROOT unless the environment sets one
+
+
+@dataclass
+class Arm:
+    name: str
+    mode: CudaGraphMode
+    port: int
+    state: ArmState = "pending"
+    server: VllmServer | None = None
+    startup: StartupInfo = field(default_factory=StartupInfo)
+    fingerprint: Fingerprint | None = None
+    served: str = ""
+    failure: str | None = None
+    idle_since: Counters | None = None
+    stop_reason: str | None = None
+
+    @property
+    def is_default(self) -> bool:
+        return self.name == DEFAULT_ARM
+
+
+class RaceReporter(Protocol):
+    def engines_starting(self, arms: Sequence[Arm]) -> None: ...
+    def engine_started(self, arm: Arm) -> None: ...
+    def engine_failed(self, arm: Arm) -> None: ...
+    def round_starting(self, round_: int, workload: Workload, order: Sequence[Arm]) -> None: ...
+    def cell_finished(self, record: CellRecord) -> None: ...
+    def round_finished(self, round_: int, verdicts: dict[str, ArmVerdicts], spent_min: float) -> None: ...
+    def engine_stopped(self, arm: Arm) -> None: ...
+
+
+class NullRaceReporter:
+    def engines_starting(self, arms: Sequence[Arm]) -> None: ...
+    def engine_started(self, arm: Arm) -> None: ...
+    def engine_failed(self, arm: Arm) -> None: ...
+    def round_starting(self, round_: int, workload: Workload, order: Sequence[Arm]) -> None: ...
+    def cell_finished(self, record: CellRecord) -> None: ...
+    def round_finished(self, round_: int, verdicts: dict[str, ArmVerdicts], spent_min: float) -> None: ...
+    def engine_stopped(self, arm: Arm) -> None: ...
+
+
+@dataclass
+class RaceSummary:
+    race_id: str
+    run_id: str
+    profile_key: str
+    rounds_before: int = 0
+    rounds_run: int = 0
+    cells_ok: int = 0
+    cells_failed: int = 0
+    engine_starts: int = 0
+    starts_wall_s: float | None = None
+    gpu_min: float = 0.0  # this session
+    gpu_min_total: float = 0.0  # every session of this race
+    stop_reason: str = ""
+    verdicts: dict[str, ArmVerdicts] = field(default_factory=dict)
+    arm_states: dict[str, str] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    open_reasons: dict[str, dict[str, str]] = field(default_factory=dict)  # arm -> metric -> why undecided
+
+    def lines(self) -> list[str]:
+        """A plain verdict table, one line per (arm, metric)."""
+        out = []
+        for arm, v in sorted(self.verdicts.items()):
+            for metric, d in v.pooled.items():
+                why = self.open_reasons.get(arm, {}).get(metric)
+                out.append(f"{arm:<20} {metric:<9} {d.describe()}" + (f" — {why}" if why else ""))
+        for arm, reason in sorted(self.failures.items()):
+            out.append(f"{arm:<20} FAILED    {reason.splitlines()[0] if reason else ''}")
+        return out
+
+
+def race_key(profile_key: str, config: RaceConfig, design: Sequence[Workload]) -> str:
+    """What must match for a session to continue a race: the profile key and what shapes its verdicts."""
+    payload = json.dumps({
+        "profile": profile_key, "delta": config.rule.delta, "confidence": config.rule.confidence,
+        "min_rounds": config.rule.min_rounds, "metrics": list(config.metrics),
+        "modes": sorted(m.value for m in config.profile.modes), "control": config.control,
+        "design": sorted(w.spec_hash() for w in design),
+    }, sort_keys=True)
+    return "race-" + hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def race_vllm_args(args: list[str], kv_cache_memory_bytes: str | None, gpu_memory_utilization: float) -> list[str]:
+    """The vLLM args every engine of a race gets: its KV share and a start-up check that ignores neighbours."""
+    if kv_cache_memory_bytes is None:
+        return list(args)
+    out = without_flags(args, "--kv-cache-memory-bytes", "--gpu-memory-utilization")
+    return [*out, "--kv-cache-memory-bytes", str(kv_cache_memory_bytes),
+            "--gpu-memory-utilization", f"{gpu_memory_utilization:g}"]
+
+
+class Racer:
+    def __init__(self, config: RaceConfig, store: ProfileStore, reporter: RaceReporter | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.reporter: RaceReporter = reporter or NullRaceReporter()
+        p = config.profile = dataclasses.replace(config.profile, vllm_args=race_vllm_args(
+            config.profile.vllm_args, config.kv_cache_memory_bytes, config.gpu_memory_utilization))
+        self.profiler = Profiler(p, store)
+        self.run_id = self.profiler.run_id
+        self.cells = [race_cell(w, config.cell_s, config.warmup_s) for w in p.workloads]
+        self.order = spread_order(self.cells)
+        self.by_name = {w.name: w for w in self.cells}
+        self.key = race_key(self.profiler.key, config, self.cells)
+        self.arms = self._arms()
+        self.table = RoundTable()
+        self.prior_gpu_s = 0.0
+        self.next_round = 0
+        self.rounds_before = 0
+        self.starts_wall_s: float | None = None
+        self._load()
+
+    # ------------------------------------------------------------------ set-up
+    def _arms(self) -> list[Arm]:
+        p = self.config.profile
+        modes = [m for m in dict.fromkeys([DEFAULT_MODE, *p.modes])]
+        arms = [Arm(m.value, m, p.port + i) for i, m in enumerate(modes)]
+        if self.config.control:
+            arms.append(Arm(CONTROL_ARM, DEFAULT_MODE, p.port + len(arms)))
+        return arms
+
+    @property
+    def challengers(self) -> list[Arm]:
+        return [a for a in self.arms if not a.is_default]
+
+    def _load(self) -> None:
+        """Rounds already measured by earlier sessions of this race, and the GPU time they took."""
+        rows = self.store.race_rows(self.key)
+        self.table = table_from_rows(rows, self.config.metrics)
+        sessions: dict[str, tuple[float, float]] = {}
+        for name, value in self.store.meta(self._session_prefix).items():
+            with contextlib.suppress(ValueError, TypeError):
+                a, b = (float(x) for x in json.loads(value))
+                sessions[name.removeprefix(self._session_prefix)] = (a, b)
+        for r in rows:
+            t0 = float(r.get("race_session_t0") or r["started_at"])
+            t1 = float(r.get("finished_at") or t0)
+            a, b = sessions.get(str(r["run_id"]), (t0, t1))
+            sessions[str(r["run_id"])] = (min(a, t0), max(b, t1))
+        self.prior_gpu_s = sum(b - a for a, b in sessions.values())
+        rounds = [int(r["race_round"]) for r in rows if r.get("race_round") is not None]
+        self.next_round = max(rounds) + 1 if rounds else 0
+        self.rounds_before = len(self.table.rounds)
+
+    @property
+    def _session_prefix(self) -> str:
+        return f"race-session:{self.key}:"
+
+    def _mark_session(self, t0: float) -> None:
+        """This session's span so far, so a resume counts its GPU time even when it wrote no row."""
+        self.store.put_meta(self._session_prefix + self.run_id, json.dumps([t0, time.time()]))
+
+    def verdicts(self) -> dict[str, ArmVerdicts]:
+        names = [w.name for w in self.cells]
+        return {a.name: arm_verdicts(self.table, a.name, self.config.metrics, self.config.rule, names)
+                for a in self.challengers}
+
+    # ------------------------------------------------------------------ the race
+    def run(self) -> RaceSummary:
+        c = self.config
+        t0 = time.time()
+        summary = RaceSummary(race_id=self.key, run_id=self.run_id, profile_key=self.profiler.key,
+                              rounds_before=self.rounds_before)
+        verdicts = self.verdicts()
+        for arm in self.challengers:
+            if verdicts[arm.name].decided(c.metrics):
+                arm.state, arm.stop_reason = "decided", "decided in an earlier session"
+        todo = [a for a in self.challengers if a.state == "pending"]
+        try:
+            if not todo:
+                summary.stop_reason = "every arm decided"
+            elif not self._open_workloads(todo):
+                summary.stop_reason = "no open workload left: the remaining verdicts depend on the workload"
+            elif self.prior_gpu_s / 60 >= c.budget_min:
+                summary.stop_reason = f"budget of {c.budget_min:g} GPU-minutes spent in earlier sessions"
+            else:
+                self._start([a for a in self.arms if a.is_default or a.state == "pending"], t0, summary)
+                summary.stop_reason = self._rounds(t0, summary)
+        finally:
+            for arm in self.arms:
+                if arm.server is not None:
+                    arm.server.stop()
+                    if arm.state == "live":
+                        arm.state = "stopped"
+        if summary.engine_starts:
+            self._mark_session(t0)
+        summary.gpu_min = round((time.time() - t0) / 60, 2)
+        summary.gpu_min_total = round(self.prior_gpu_s / 60 + summary.gpu_min, 2)
+        summary.verdicts = self.verdicts()
+        summary.arm_states = {a.name: a.state for a in self.arms}
+        summary.failures.update({a.name: a.failure for a in self.arms if a.failure})
+        summary.open_reasons = self._open_reasons(summary.verdicts, summary.stop_reason)
+        return summary
+
+    def _start(self, arms: list[Arm], t0: float, summary: RaceSummary) -> None:
+        """Start *arms* overlapped (``stagger_s`` apart); wait until every one is healthy or failed."""
+        c = self.config
+        p = c.profile
+        self.reporter.engines_starting(arms)
+
+        def start(i: int, arm: Arm) -> None:
+            time.sleep(i * c.stagger_s)
+            log = p.log_dir / f"{self.run_id}-{arm.name}.log"
+            env = dict(p.env)
+            if c.separate_caches and "VLLM_CACHE_ROOT" not in {**os.environ, **env}:
+                # Engines that start at once would write one compile cache (the default and CONTROL
+                # compute the same key): each arm compiles into its own.
+                env["VLLM_CACHE_ROOT"] = str(p.log_dir / "vllm-cache" / arm.name)
+            arm.server = VllmServer(p.command, p.vllm_args, mode=arm.mode, host=p.host, port=arm.port,
+                                    log_path=log, startup_timeout_s=p.startup_timeout_s,
+                                    stop_timeout_s=p.stop_timeout_s, env=env or None)
+            arm.fingerprint = build_fingerprint(self.profiler.gpu, self.profiler.shape, p.vllm_args)
+            try:
+                arm.startup = arm.server.start()
+            except EngineStartError as exc:
+                arm.state, arm.failure = "failed", exc.reason()
+                return
+            arm.startup.gpu_uuid = self.profiler.gpu.get("gpu_uuid")
+            arm.fingerprint.vllm_version = arm.startup.vllm_version
+            arm.served = _served_model(arm.server) or arm.server.served_model_name() or ""
+            arm.state = "live"
+            arm.idle_since = counters(arm.server.pid)
+
+        threads = [threading.Thread(target=start, args=(i, a), name=f"start-{a.name}", daemon=True)
+                   for i, a in enumerate(arms)]
+        for t in threads:
+            t.start()
+        torch_version = torch_version_of(p.command)  # asks vLLM's interpreter (seconds): while the engines start
+        for t in threads:
+            t.join()
+        summary.engine_starts += len(arms)
+        self.starts_wall_s = summary.starts_wall_s = round(time.time() - t0, 1)
+        for arm in arms:
+            if arm.fingerprint is not None:
+                arm.fingerprint.torch_version = torch_version
+            if arm.state == "failed":
+                self._fail(arm, self.order[0], self.next_round, arm.failure or "failed to start", t0, summary)
+            else:
+                self.reporter.engine_started(arm)
+
+    def _rounds(self, t0: float, summary: RaceSummary) -> str:
+        c = self.config
+        default = next(a for a in self.arms if a.is_default)
+        vocab = int(self.profiler.shape.get("vocab_size") or DEFAULT_VOCAB)
+        while True:
+            if default.state != "live":
+                for arm in self.challengers:
+                    if arm.state == "live":
+                        self._stop(arm, "stopped: the default's engine is down")
+                first = (default.failure or "").splitlines()
+                return "the default's engine failed" + (f": {first[0]}" if first else "")
+            live = [a for a in self.challengers if a.state == "live"]
+            if not live:
+                return "every arm decided" if all(a.state == "decided" for a in self.challengers) \
+                    else "no challenger left running"
+            spent = self.prior_gpu_s / 60 + (time.time() - t0) / 60
+            if spent >= c.budget_min:
+                return f"budget of {c.budget_min:g} GPU-minutes spent"
+            if summary.rounds_run >= c.max_rounds:
+                return f"{c.max_rounds} rounds run (max_rounds)"
+            workload = next_workload(self.order, self.table.rounds_per_workload(), self._open_workloads(live))
+            if workload is None:
+                for arm in live:
+                    self._stop(arm, "no workload left that could decide it")
+                return "no open workload left: the remaining verdicts depend on the workload"
+            round_ = self.next_round
+            self.next_round += 1
+            order = [default, *live]
+            k = round_ % len(order)
+            order = order[k:] + order[:k]
+            self.reporter.round_starting(round_, workload, order)
+            idle_gpu = self._idle_gpu_util()
+            round_t0 = time.time()
+            for pos, arm in enumerate(order):
+                if default.state != "live":
+                    break  # nothing left to pair with this round
+                self._cell(arm, order, pos, workload, round_, round_t0, idle_gpu, vocab, t0, summary)
+            summary.rounds_run += 1
+            self._mark_session(t0)
+            verdicts = self.verdicts()
+            for arm in self.challengers:
+                if arm.state == "live" and verdicts[arm.name].decided(c.metrics):
+                    self._stop(arm, "decided on every metric", state="decided")
+            spent = self.prior_gpu_s / 60 + (time.time() - t0) / 60
+            self.reporter.round_finished(round_, verdicts, spent)
+
+    def _open_workloads(self, live: list[Arm]) -> set[str]:
+        verdicts = self.verdicts()
+        open_names: set[str] = set()
+        for arm in live:
+            v = verdicts[arm.name]
+            for metric in self.config.metrics:
+                if v.pooled[metric].decided:
+                    continue
+                open_names |= {w for (m, w), d in v.by_workload.items() if m == metric and not d.decided}
+        return open_names
+
+    def _cell(self, arm: Arm, order: list[Arm], pos: int, workload: Workload, round_: int, round_t0: float,
+              idle_gpu: float | None, vocab: int, t0: float, summary: RaceSummary) -> None:
+        server = arm.server
+        if arm.state != "live" or server is None:
+            return
+        try:
+            server.check_alive()  # it may have died while it waited
+        except EngineDiedError as exc:
+            self._fail(arm, workload, round_, exc.reason(), t0, summary)
+            return
+        idle = usage(arm.idle_since, counters(server.pid))["engine_cpu_cores"] if arm.idle_since else None
+        others = [a for a in order if a is not arm and a.state == "live" and a.server is not None]
+        before = [counters(a.server.pid) for a in others if a.server is not None]
+        assert arm.fingerprint is not None
+        try:
+            record = self.profiler.measure_cell(server, arm.served, vocab, arm.mode, workload, round_,
+                                                arm.startup, arm.fingerprint)
+        except EngineDiedError as exc:
+            self._fail(arm, workload, round_, exc.reason(), t0, summary)
+            return
+        after = [counters(a.server.pid) for a in others if a.server is not None]
+        loads = [usage(b, a)["engine_cpu_cores"] for b, a in zip(before, after, strict=True)]
+        known = [x for x in loads if x is not None]
+        record.race = self._info(arm, round_, pos, len(order), round_t0, t0)
+        record.race.idle_cpu_cores = idle
+        record.race.neighbours_cpu_cores = round(sum(known), 2) if known else None
+        record.race.idle_gpu_util_pct = idle_gpu
+        self.store.append(record, workload.spec_hash())
+        arm.idle_since = counters(server.pid)
+        if record.status == "ok":
+            summary.cells_ok += 1
+            lat = record.latency
+            self.table.add(arm.name, round_, workload.name, {m: getattr(lat, m, None) for m in self.config.metrics})
+        else:
+            summary.cells_failed += 1
+        self.reporter.cell_finished(record)
+
+    def _info(self, arm: Arm, round_: int, pos: int | None, live: int | None, round_t0: float | None,
+              t0: float) -> RaceInfo:
+        return RaceInfo(id=self.key, round=round_, arm=arm.name, requested_mode=arm.mode.value, position=pos,
+                        live_engines=live, port=arm.port, start_id=f"{self.run_id}:{arm.name}", session_t0=t0,
+                        round_t0=round_t0, starts_wall_s=self.starts_wall_s)
+
+    def _fail(self, arm: Arm, workload: Workload, round_: int, reason: str, t0: float,
+              summary: RaceSummary) -> None:
+        """The arm's engine is gone: one failed row with vLLM's root cause; the race goes on without it."""
+        arm.state, arm.failure = "failed", reason
+        if arm.server is not None:
+            arm.server.stop()
+        now = time.time()
+        record = CellRecord(
+            run_id=self.run_id, profile_key=self.profiler.key, mode=arm.mode.value, workload=workload.name,
+            workload_spec=workload.spec(), repeat=round_, status="failed", reason=reason, started_at=now,
+            finished_at=now, startup=arm.startup, fingerprint=arm.fingerprint or Fingerprint(),
+            race=self._info(arm, round_, None, None, None, t0),
+        )
+        self.store.append(record, workload.spec_hash())
+        summary.cells_failed += 1
+        self.reporter.engine_failed(arm)
+
+    def _stop(self, arm: Arm, why: str, state: ArmState = "stopped") -> None:
+        if arm.server is not None:
+            arm.server.stop()
+        arm.state, arm.stop_reason = state, why
+        self.reporter.engine_stopped(arm)
+
+    def _idle_gpu_util(self) -> float | None:
+        """GPU utilisation with every engine idle (no GPU: None, and no time spent)."""
+        if self.config.idle_probe_s <= 0 or self.profiler.gpu.get("gpu_name") is None:
+            return None
+        sampler = MemorySampler(interval_s=0.1).start()
+        time.sleep(self.config.idle_probe_s)
+        sampler.stop()
+        return sampler.conditions().get("gpu_util_pct_mean")
+
+    def _open_reasons(self, verdicts: dict[str, ArmVerdicts], stop_reason: str) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for arm in self.challengers:
+            v = verdicts[arm.name]
+            for metric, d in v.pooled.items():
+                if d.decided:
+                    continue
+                why = v.workload_dependent(metric) or d.why
+                if arm.failure:
+                    why += f"; the engine failed: {arm.failure.splitlines()[0]}"
+                elif stop_reason:
+                    why += f"; race stopped: {stop_reason}"
+                out.setdefault(arm.name, {})[metric] = why
+        return out

@@ -1,0 +1,103 @@
+"""A race's measurements as rounds, and the verdicts they give (the race loop and the selector share this).
+
+A cell is (arm, round) → (workload, metric values). An *arm* is a mode raced against the default
+(``FULL``, ``NONE``, ...), the default itself, or ``CONTROL``: a second engine of the default raced like a
+challenger (the A/A arm). A round's paired observation for an arm is ``ln(arm / default)`` of a metric, on
+the round's one workload; :mod:`graphmode.profiling.sequential` turns the observations into verdicts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphmode.core.modes import DEFAULT_MODE
+from graphmode.profiling.sequential import Decision, SequentialRule, sequential_decision
+
+DEFAULT_ARM = DEFAULT_MODE.value
+CONTROL_ARM = "CONTROL"
+RACE_METRICS: tuple[str, ...] = ("itl_p50", "ttft_p50")
+# latency fields (lower is better) a race can decide on
+KNOWN_RACE_METRICS: tuple[str, ...] = ("itl_p50", "ttft_p50", "tpot_p50", "e2e_p50", "itl_p90", "ttft_p90", "e2e_p90")
+
+
+@dataclass
+class RoundTable:
+    """Every ok cell of one race: (arm, round) → (workload, metric → value)."""
+
+    cells: dict[tuple[str, int], tuple[str, dict[str, float]]] = field(default_factory=dict)
+
+    def add(self, arm: str, round_: int, workload: str, values: Mapping[str, float | None]) -> None:
+        clean = {m: float(v) for m, v in values.items() if v is not None and math.isfinite(v) and v > 0}
+        self.cells[(arm, round_)] = (workload, clean)
+
+    @property
+    def rounds(self) -> list[int]:
+        return sorted({r for _, r in self.cells})
+
+    def arms(self) -> list[str]:
+        return sorted({a for a, _ in self.cells})
+
+    def pairs(self, arm: str, metric: str, workload: str | None = None) -> list[tuple[int, str, float]]:
+        """(round, workload, ln(arm / default)) for every round that measured both, oldest first."""
+        out = []
+        for (a, r), (w, vals) in sorted(self.cells.items(), key=lambda kv: kv[0][1]):
+            if a != arm or (workload is not None and w != workload):
+                continue
+            base = self.cells.get((DEFAULT_ARM, r))
+            if base is None or base[0] != w:
+                continue
+            mine, ref = vals.get(metric), base[1].get(metric)
+            if mine is not None and ref is not None:
+                out.append((r, w, math.log(mine / ref)))
+        return out
+
+    def rounds_per_workload(self) -> dict[str, int]:
+        """Rounds the default measured, per workload (every round measures the default)."""
+        counts: dict[str, int] = defaultdict(int)
+        for (a, _), (w, _vals) in self.cells.items():
+            if a == DEFAULT_ARM:
+                counts[w] += 1
+        return dict(counts)
+
+
+@dataclass(frozen=True)
+class ArmVerdicts:
+    arm: str
+    pooled: dict[str, Decision]  # metric -> verdict over every round
+    by_workload: dict[tuple[str, str], Decision]  # (metric, workload) -> verdict on that workload's rounds
+
+    def decided(self, metrics: Iterable[str]) -> bool:
+        return all(self.pooled[m].decided for m in metrics if m in self.pooled)
+
+    def workload_dependent(self, metric: str) -> str | None:
+        """Why the pooled verdict is open though every workload decided, or None when that is not so."""
+        per = {w: d for (m, w), d in self.by_workload.items() if m == metric}
+        if not per or self.pooled[metric].decided or not all(d.decided for d in per.values()):
+            return None
+        groups: dict[str, list[str]] = defaultdict(list)
+        for w, d in sorted(per.items()):
+            groups[d.verdict].append(w)
+        return "workload-dependent: " + "; ".join(f"{v} on {', '.join(ws)}" for v, ws in sorted(groups.items()))
+
+
+def arm_verdicts(table: RoundTable, arm: str, metrics: Sequence[str], rule: SequentialRule,
+                 workloads: Iterable[str] | None = None) -> ArmVerdicts:
+    names = sorted(set(workloads) if workloads is not None else {w for w, _ in table.cells.values()})
+    pooled = {m: sequential_decision([y for _, _, y in table.pairs(arm, m)], rule) for m in metrics}
+    by_workload = {(m, w): sequential_decision([y for _, _, y in table.pairs(arm, m, w)], rule)
+                   for m in metrics for w in names}
+    return ArmVerdicts(arm, pooled, by_workload)
+
+
+def table_from_rows(rows: Iterable[Mapping[str, Any]], metrics: Sequence[str] = RACE_METRICS) -> RoundTable:
+    """The ok cells of race rows (rows without a race round are skipped)."""
+    table = RoundTable()
+    for r in rows:
+        if r.get("status") != "ok" or r.get("race_round") is None or not r.get("race_arm"):
+            continue
+        table.add(str(r["race_arm"]), int(r["race_round"]), str(r["workload"]), {m: r.get(m) for m in metrics})
+    return table

@@ -1,0 +1,223 @@
+"""Race verdicts for the selector: each mode against vLLM's default, from rows that carry race rounds.
+
+Rows of :mod:`graphmode.profiling.race` are grouped by model shape; every (race, round) of a shape is one
+paired round, and the sequential rule of :mod:`graphmode.profiling.sequential` (δ and confidence from
+the settings' race group) gives, per (shape, mode, metric):
+
+* a *pooled* verdict over every round (the race design averaged), and
+* a verdict per workload (*region*), with the features the default's engine observed on that workload,
+  so a request can be matched to the nearest raced workload.
+
+:func:`race_decision` turns them into a recommendation for one objective (the Recommender's hook):
+
+* a mode **better** by more than δ is recommended (the best ratio among the better ones that meet the
+  objective's constraints), with its rounds, ratio and interval;
+* otherwise the default, listing the **equivalent** modes with what each saves against it (graph GiB,
+  start-up s); an objective that charges memory or start-up may take one of those (the ranking's order
+  among the default and its equivalents decides);
+* a **worse** mode is never recommended for that metric; an undecided one neither (no evidence).
+
+A region verdict overrides the pooled one where the pooled verdict is open and the request's nearest raced
+workload has a decided verdict (the effect depends on the workload). Without race rows for the shape and
+metric the decision is None and the unpaired tie rule stands.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from graphmode.core.modes import DEFAULT_MODE
+from graphmode.profiling.race_rounds import CONTROL_ARM, DEFAULT_ARM, RACE_METRICS, RoundTable, arm_verdicts
+from graphmode.profiling.sequential import SequentialRule
+from graphmode.selector.featurize import shape_key, shape_of_row
+
+VerdictKind = Literal["better", "worse", "equivalent", "undecided"]
+# features that place a request near a raced workload (log scale; what a description and /metrics both give)
+REGION_FEATURES: tuple[str, ...] = ("arrival_rate", "mean_input_tokens", "mean_output_tokens", "concurrency_mean")
+
+
+class RaceVerdict(BaseModel):
+    """One arm against the default on one metric, for one model shape: pooled, or on one workload."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    shape: str
+    mode: str  # a mode, or CONTROL (the A/A arm)
+    metric: str
+    workload: str | None = Field(None, description="None: over every round; else that workload's rounds")
+    verdict: VerdictKind
+    rounds: int
+    ratio: float | None = Field(None, description="geometric mean of mode / default over the rounds")
+    lo: float | None = None
+    hi: float | None = None
+    delta: float
+    confidence: float
+    why: str = ""
+    features: dict[str, float] = Field(default_factory=dict, description="region: the default's observed features")
+
+    def describe(self) -> str:
+        where = f" on {self.workload}" if self.workload else ""
+        if self.ratio is None:
+            return f"{self.mode} {self.verdict} on {self.metric}{where} ({self.why})"
+        ci = f", {self.confidence:.0%} interval {self.lo:.3f}–{self.hi:.3f}" if self.lo is not None else ""
+        return (f"{self.mode}'s {self.metric} is {self.ratio:.3f}× the default's{where} over {self.rounds} "
+                f"paired rounds{ci}: {self.verdict} (δ {self.delta:g})")
+
+
+def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = SequentialRule(),
+                  metrics: Sequence[str] = RACE_METRICS) -> list[RaceVerdict]:
+    """Pooled and per-workload verdicts per (shape, arm, metric) of every raced shape in *rows*."""
+    by_shape: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r.get("status") == "ok" and r.get("race_round") is not None and r.get("race_arm"):
+            by_shape[shape_key(shape_of_row(r))].append(r)
+    out: list[RaceVerdict] = []
+    for shape, shape_rows in sorted(by_shape.items()):
+        # one numbering for the rounds of every race of this shape: (race, round) is the pairing unit
+        index = {k: i for i, k in enumerate(sorted({(str(r.get("race_id")), int(r["race_round"]))
+                                                     for r in shape_rows}))}
+        table = RoundTable()
+        feats: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for r in shape_rows:
+            arm = str(r["race_arm"])
+            table.add(arm, index[(str(r.get("race_id")), int(r["race_round"]))], str(r["workload"]),
+                      {m: r.get(m) for m in metrics})
+            if arm == DEFAULT_ARM:
+                for f in REGION_FEATURES:
+                    v = r.get("obs_" + f)
+                    if isinstance(v, int | float) and math.isfinite(v) and v > 0:
+                        feats[str(r["workload"])][f].append(float(v))
+        for arm in table.arms():
+            if arm == DEFAULT_ARM:
+                continue
+            v = arm_verdicts(table, arm, metrics, rule)
+            for metric, d in v.pooled.items():
+                out.append(_verdict(shape, arm, metric, None, d, rule, {}))
+            for (metric, workload), d in sorted(v.by_workload.items()):
+                if d.n:
+                    region = {f: float(sum(xs) / len(xs)) for f, xs in feats[workload].items() if xs}
+                    out.append(_verdict(shape, arm, metric, workload, d, rule, region))
+    return out
+
+
+def _verdict(shape: str, arm: str, metric: str, workload: str | None, d: Any, rule: SequentialRule,
+             features: dict[str, float]) -> RaceVerdict:
+    return RaceVerdict(shape=shape, mode=arm, metric=metric, workload=workload, verdict=d.verdict, rounds=d.n,
+                       ratio=d.ratio, lo=d.lo, hi=d.hi, delta=rule.delta, confidence=rule.confidence, why=d.why,
+                       features=features)
+
+
+class EquivalentMode(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mode: str
+    ratio: float | None
+    interval: tuple[float, float] | None
+    rounds: int
+    saves_graph_gib: float | None = Field(None, description="default's graph memory minus this mode's")
+    saves_startup_s: float | None = Field(None, description="default's start-up minus this mode's")
+
+
+class RaceAnswer(BaseModel):
+    """What the race verdicts decided for one objective (Recommendation.race)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: str = Field(description="the mode the verdicts choose")
+    basis: Literal["better", "equivalent", "default"] = Field(
+        description="better: a mode beat the default by more than δ; equivalent: an equivalent mode taken for "
+                    "the objective's memory/start-up weights; default: nothing beat the default")
+    metric: str
+    region: str | None = Field(None, description="the raced workload whose verdicts applied, if not the pooled ones")
+    verdict: RaceVerdict | None = Field(None, description="the chosen mode's verdict (rounds, ratio, interval)")
+    equivalent: list[EquivalentMode] = Field(default_factory=list)
+    worse: list[str] = Field(default_factory=list, description="never recommended for this metric")
+    undecided: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+def _log_distance(a: Mapping[str, float], b: Mapping[str, Any]) -> float | None:
+    common = [f for f in REGION_FEATURES if f in a and isinstance(b.get(f), int | float) and (b.get(f) or 0) > 0]
+    if not common:
+        return None
+    return math.sqrt(sum(math.log(a[f] / float(b[f])) ** 2 for f in common) / len(common))
+
+
+def race_decision(
+    verdicts: Sequence[RaceVerdict],
+    shape: str,
+    metric: str,
+    features: Mapping[str, Any],
+    order: Sequence[str],
+    constants: Mapping[str, Mapping[str, float | None]],
+    *,
+    weighted: bool,
+    allowed: Iterable[str] | None = None,
+    default_mode: str = DEFAULT_MODE.value,
+) -> RaceAnswer | None:
+    """The race's answer for (*shape*, *metric*) and a request's *features*; None without race verdicts.
+
+    *order* is the regressors' ranking (best first) under the objective, *constants* the predicted
+    ``graph_gib``/``startup_s`` per mode, *weighted* whether the objective charges memory or start-up, and
+    *allowed* the modes that meet the objective's constraints (None: all).
+    """
+    mine = [v for v in verdicts if v.shape == shape and v.metric == metric and v.mode != CONTROL_ARM]
+    pooled = {v.mode: v for v in mine if v.workload is None}
+    if not pooled:
+        return None
+    ok = set(allowed) if allowed is not None else None
+    notes: list[str] = []
+    chosen: dict[str, RaceVerdict] = dict(pooled)
+    region: str | None = None
+    regions = [v for v in mine if v.workload is not None and v.features]
+    if regions and any(v.verdict == "undecided" for v in pooled.values()):
+        dists = {v.workload: d for v in regions if (d := _log_distance(v.features, features)) is not None}
+        if dists:
+            region = min(dists, key=lambda w: dists[w])
+            for v in regions:
+                if v.workload == region and pooled.get(v.mode) is not None and \
+                        pooled[v.mode].verdict == "undecided" and v.verdict != "undecided":
+                    chosen[v.mode] = v
+                    notes.append(f"pooled verdict open for {v.mode}; on the nearest raced workload: {v.describe()}")
+    if not any(v.workload == region for v in chosen.values()):
+        region = None
+    better = sorted((v for v in chosen.values() if v.verdict == "better" and (ok is None or v.mode in ok)),
+                    key=lambda v: (v.ratio or 1.0))
+    worse = sorted(m for m, v in chosen.items() if v.verdict == "worse")
+    undecided = sorted(m for m, v in chosen.items() if v.verdict == "undecided")
+    base = constants.get(default_mode, {})
+    equivalent = []
+    for m, v in sorted(chosen.items()):
+        if v.verdict != "equivalent":
+            continue
+        mc = constants.get(m, {})
+        equivalent.append(EquivalentMode(
+            mode=m, ratio=v.ratio, interval=(v.lo, v.hi) if v.lo is not None and v.hi is not None else None,
+            rounds=v.rounds, saves_graph_gib=_saving(base.get("graph_gib"), mc.get("graph_gib")),
+            saves_startup_s=_saving(base.get("startup_s"), mc.get("startup_s"))))
+    if better:
+        return RaceAnswer(mode=better[0].mode, basis="better", metric=metric, region=region, verdict=better[0],
+                          equivalent=equivalent, worse=worse, undecided=undecided, notes=notes)
+    mode = default_mode
+    basis: Literal["better", "equivalent", "default"] = "default"
+    if weighted:
+        eligible = {default_mode} | {e.mode for e in equivalent if ok is None or e.mode in ok}
+        pick = next((m for m in order if m in eligible), default_mode)
+        if pick != default_mode:
+            mode, basis = pick, "equivalent"
+            notes.append(f"{pick} is equivalent to the default on {metric} and the objective's memory/start-up "
+                         f"weights favour it")
+    return RaceAnswer(mode=mode, basis=basis, metric=metric, region=region,
+                      verdict=chosen.get(mode), equivalent=equivalent, worse=worse, undecided=undecided,
+                      notes=notes)
+
+
+def _saving(default: float | None, mine: float | None) -> float | None:
+    if default is None or mine is None:
+        return None
+    return round(default - mine, 3)

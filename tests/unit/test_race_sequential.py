@@ -1,0 +1,146 @@
+"""The race's statistics and workload choice, on synthetic rounds (no server)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from graphmode.profiling.grid import LengthDist, Workload
+from graphmode.profiling.race_design import next_workload, race_cell, spread_order
+from graphmode.profiling.race_rounds import DEFAULT_ARM, RoundTable, arm_verdicts, table_from_rows
+from graphmode.profiling.sequential import SequentialRule, decide, interval
+
+RULE = SequentialRule(delta=0.03, confidence=0.95, min_rounds=3)
+
+
+def logs(*ratios: float) -> list[float]:
+    return [math.log(r) for r in ratios]
+
+
+def test_clearly_worse_is_worse_after_min_rounds() -> None:
+    d = decide(logs(1.30, 1.25, 1.35), RULE)
+    assert d.verdict == "worse" and d.n == 3
+    assert d.lo is not None and d.lo > 1.03 and d.ratio == pytest.approx(math.exp(np.mean(logs(1.30, 1.25, 1.35))))
+
+
+def test_clearly_better_is_better() -> None:
+    d = decide(logs(0.66, 0.70, 0.62, 0.68), RULE)
+    assert d.verdict == "better" and d.hi is not None and d.hi < 0.97
+
+
+def test_equivalent_needs_the_whole_interval_inside_the_band() -> None:
+    tight = decide(logs(1.004, 0.998, 1.001, 0.999, 1.003), RULE)
+    assert tight.verdict == "equivalent"
+    assert tight.lo is not None and tight.hi is not None and tight.lo >= 1 / 1.03 and tight.hi <= 1.03
+    wide = decide(logs(1.00, 1.05, 0.95), RULE)  # mean 1, but the interval reaches past both margins
+    assert wide.verdict == "undecided" and "both margins" in wide.why
+
+
+def test_no_verdict_before_min_rounds_however_clear() -> None:
+    assert decide(logs(2.0, 2.0), RULE).verdict == "undecided"
+    assert "2 of the 3 rounds" in decide(logs(2.0, 2.0), RULE).why
+    assert decide([], RULE).verdict == "undecided"
+    assert decide(logs(2.0, 2.1, 1.9), SequentialRule(min_rounds=4)).verdict == "undecided"
+
+
+def test_undecided_when_the_interval_straddles_a_margin() -> None:
+    d = decide(logs(1.04, 1.10, 0.99, 1.06), RULE)
+    assert d.verdict == "undecided" and "1+δ" in d.why
+
+
+def test_interval_is_scipys_t_interval() -> None:
+    ys = [0.01, 0.05, -0.02, 0.03, 0.04]
+    mean, lo, hi = interval(ys, 0.95)
+    ref = stats.t.interval(0.95, len(ys) - 1, loc=np.mean(ys), scale=stats.sem(ys))
+    assert (lo, hi) == pytest.approx(ref) and mean == pytest.approx(np.mean(ys))
+
+
+def test_delta_and_confidence_are_settings() -> None:
+    ys = logs(1.05, 1.06, 1.04, 1.05)
+    assert decide(ys, RULE).verdict == "worse"
+    assert decide(ys, SequentialRule(delta=0.10)).verdict == "equivalent"
+    with pytest.raises(ValueError):
+        SequentialRule(delta=0)
+    with pytest.raises(ValueError):
+        SequentialRule(min_rounds=1)
+
+
+def test_false_positive_rate_of_an_aa_arm_is_small() -> None:
+    """Null ratios with 5% noise: after 10 rounds a 95% rule seldom calls 'worse' or 'better'."""
+    rng = np.random.default_rng(0)
+    calls = [decide(list(rng.normal(0, 0.05, 10)), RULE).verdict for _ in range(2000)]
+    wrong = sum(v in ("worse", "better") for v in calls) / len(calls)
+    assert wrong < 0.03
+
+
+def _w(name: str, rate: float, i: int, o: int, burst: float = 1.0, conc: int | None = None) -> Workload:
+    return Workload(name=name, rate=rate, burstiness=burst, input=LengthDist(mean=i), output=LengthDist(mean=o),
+                    max_concurrency=conc)
+
+
+DESIGN = [_w("a-low-decode", 2, 64, 512), _w("b-low-decode2", 2.5, 64, 500), _w("c-high-prefill", 32, 1536, 32),
+          _w("d-mid-bursty", 8, 256, 256, burst=0.25)]
+
+
+def test_spread_order_visits_the_far_corner_before_the_near_twin() -> None:
+    names = [w.name for w in spread_order(DESIGN)]
+    assert names[0] == "a-low-decode"
+    assert names.index("b-low-decode2") == 3  # the near twin of the first comes last
+    assert sorted(names) == sorted(w.name for w in DESIGN)
+
+
+def test_next_workload_cycles_and_skips_closed_ones() -> None:
+    order = spread_order(DESIGN)
+    names = {w.name for w in DESIGN}
+    assert next_workload(order, {}, names) == order[0]
+    seen = {order[0].name: 1}
+    assert next_workload(order, seen, names) == order[1]
+    assert next_workload(order, {w.name: 2 for w in order}, names - {order[0].name}) == order[1]
+    assert next_workload(order, {}, set()) is None
+
+
+def test_race_cell_is_short_and_fixed() -> None:
+    cell = race_cell(_w("x", 8, 64, 64), cell_s=3, warmup_s=1.5)
+    assert cell.duration_s == 3 and cell.warmup_s == 1.5 and cell.adaptive is not None
+    assert cell.adaptive.min_s == cell.duration_s  # the window's minimum is its maximum
+
+
+def test_round_table_pairs_in_round_and_flags_workload_dependence() -> None:
+    t = RoundTable()
+    for r in range(6):
+        w = "good" if r % 2 == 0 else "bad"
+        t.add(DEFAULT_ARM, r, w, {"itl_p50": 1.0})
+        t.add("FULL", r, w, {"itl_p50": 0.8 * (1 + 0.001 * r) if w == "good" else 1.25 * (1 + 0.001 * r)})
+    t.add("FULL", 6, "good", {"itl_p50": 0.8})  # the default has no cell in round 6: unpaired
+    assert len(t.pairs("FULL", "itl_p50")) == 6
+    v = arm_verdicts(t, "FULL", ["itl_p50"], RULE)
+    assert v.pooled["itl_p50"].verdict == "undecided"
+    assert v.by_workload[("itl_p50", "good")].verdict == "better"
+    assert v.by_workload[("itl_p50", "bad")].verdict == "worse"
+    why = v.workload_dependent("itl_p50")
+    assert why is not None and "better on good" in why and "worse on bad" in why
+
+
+def test_table_from_rows_keeps_ok_race_rows_only() -> None:
+    rows = [
+        {"status": "ok", "race_round": 0, "race_arm": DEFAULT_ARM, "workload": "w", "itl_p50": 0.002},
+        {"status": "ok", "race_round": 0, "race_arm": "NONE", "workload": "w", "itl_p50": 0.003},
+        {"status": "failed", "race_round": 1, "race_arm": "NONE", "workload": "w", "itl_p50": None},
+        {"status": "ok", "race_round": None, "race_arm": None, "workload": "w", "itl_p50": 0.001},
+    ]
+    t = table_from_rows(rows, ["itl_p50"])
+    assert t.pairs("NONE", "itl_p50") == [(0, "w", pytest.approx(math.log(1.5)))]
+    assert t.rounds == [0]
+
+
+def test_a_verdict_stands_once_reached() -> None:
+    from graphmode.profiling.sequential import sequential_decision
+
+    ys = logs(0.70, 0.72, 0.71, 1.3, 1.4, 0.9)  # better after 3 rounds; later rounds would reopen it
+    assert decide(ys, RULE).verdict == "undecided"
+    first = sequential_decision(ys, RULE)
+    assert first.verdict == "better" and first.n == 3
+    assert sequential_decision(logs(1.1, 0.9), RULE).verdict == "undecided"
