@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Race several model shapes ONE AFTER ANOTHER on one GPU host (each shape's engines have the GPU and the
+# host's CPUs to themselves), in the background, and collect what they wrote.
+#
+# usage (on the GPU host, from the repo root, after unpack.sh put vLLM in /tmp/site):
+#   bench/gpu/race_chain.sh WAIT_S SHAPE[:KV_BYTES[:control]] [SHAPE...] [-- race options...]
+# e.g. bench/gpu/race_chain.sh 560 qwen2.5-0.5b:8G:control llama-3.2-1b:8G llama-3.1-8b:4G -- --budget-min 7
+#
+# run_race.sh races its shapes at the same time; this chain is for a single-GPU lease where shapes must not
+# disturb each other. The chain starts once under setsid and outlives the device call; calling again with
+# the same arguments only waits (up to WAIT_S) and collects. The source tree is copied to /tmp/gmsrc when
+# the chain starts, so later device calls (which lay the working tree anew) cannot change code mid-race.
+# Into $OUT: race-h200-SHAPE.sqlite per shape started so far (SQLite backups), logs.tgz, summary.txt.
+set -uo pipefail
+wait_s="$1"; shift
+assign=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do assign+=("$1"); shift; done
+[ "${1:-}" = "--" ] && shift
+work=/tmp/gmr; mkdir -p "$work"
+
+if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/null; }; then
+  rm -rf /tmp/gmsrc && cp -r src /tmp/gmsrc && cp -r models/shapes "$work/shapes"
+  for a in "${assign[@]}"; do
+    shape="${a%%:*}"
+    ds="$work/race-h200-$shape.sqlite"
+    [ -f "$ds" ] || { [ -f "models/profiles/race-h200-$shape.sqlite" ] && cp "models/profiles/race-h200-$shape.sqlite" "$ds"; }
+  done
+  printf '%q ' "$@" > "$work/race-options"
+  # shellcheck disable=SC2016
+  setsid nohup bash -c '
+    work=/tmp/gmr; opts=$(cat "$work/race-options")
+    export PYTHONPATH="/tmp/site:/tmp/gmsrc" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
+    for a in "$@"; do
+      IFS=: read -r shape kv flag <<< "$a"
+      mkdir -p "$work/model-$shape"; cp "$work/shapes/$shape.json" "$work/model-$shape/config.json"
+      extra=(); [ "${flag:-}" = control ] && extra=(--control)
+      echo "$(date -u +%FT%TZ) racing $shape kv ${kv:-8G} ${extra[*]} $opts" >>"$work/race-$shape.out"
+      eval "python3 -m graphmode.profiling profile --race --dataset $work/race-h200-$shape.sqlite --port 8200 \
+        --log-dir $work/logs-$shape --vllm-cmd \"python3 -m vllm.entrypoints.openai.api_server\" \
+        --kv-cache-memory-bytes ${kv:-8G} ${extra[*]} $opts \
+        -- --model $work/model-$shape --load-format dummy --skip-tokenizer-init --max-model-len 4096" \
+        >>"$work/race-$shape.out" 2>&1 < /dev/null
+      echo "$(date -u +%FT%TZ) chain: $shape exited $?" >>"$work/chain.out"
+    done' chain "${assign[@]}" >>"$work/chain.out" 2>&1 < /dev/null &
+  echo $! > "$work/chain.pid"
+  echo "started the chain (pid $!): ${assign[*]}"
+fi
+
+end=$((SECONDS + wait_s))
+while kill -0 "$(cat "$work/chain.pid")" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
+kill -0 "$(cat "$work/chain.pid")" 2>/dev/null && echo "chain still running" || echo "chain finished"
+
+summary() {
+  for a in "${assign[@]}"; do
+    shape="${a%%:*}"
+    last=$(grep -E '^(race race-|round [0-9]+ done|stopped|verdict)' "$work/race-$shape.out" 2>/dev/null | tail -n 2 | tr '\n' ' ')
+    echo "$shape: ${last:-not started}"
+  done
+  cat "$work/chain.out" 2>/dev/null
+}
+if [ -n "${OUT:-}" ]; then
+  for a in "${assign[@]}"; do
+    shape="${a%%:*}"
+    [ -f "$work/race-h200-$shape.sqlite" ] || continue
+    python3 - "$work/race-h200-$shape.sqlite" "$OUT/race-h200-$shape.sqlite" <<'PY'
+import sqlite3, sys
+src = sqlite3.connect(sys.argv[1]); dst = sqlite3.connect(sys.argv[2]); src.backup(dst); dst.close()
+PY
+  done
+  (cd "$work" && tar -czf "$OUT/logs.tgz" --exclude='model-*' --exclude='shapes' --exclude='vllm-cache' \
+    --exclude='*.sqlite*' --exclude='*.pid' .) 2>/dev/null
+  summary > "$OUT/summary.txt"
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total,uuid --format=csv > "$OUT/gpu.csv" 2>/dev/null
+fi
+summary
+for a in "${assign[@]}"; do echo "== ${a%%:*}"; tail -n 12 "$work/race-${a%%:*}.out" 2>/dev/null; done
