@@ -3,8 +3,9 @@
 # host's CPUs to themselves), in the background, and collect what they wrote.
 #
 # usage (on the GPU host, from the repo root, after unpack.sh put vLLM in /tmp/site):
-#   bench/gpu/race_chain.sh WAIT_S SHAPE[:KV_BYTES[:control]] [SHAPE...] [-- race options...]
-# e.g. bench/gpu/race_chain.sh 560 qwen2.5-0.5b:8G:control llama-3.2-1b:8G llama-3.1-8b:4G -- --budget-min 7
+#   bench/gpu/race_chain.sh WAIT_S SHAPE[:KV_BYTES[:control[:BUDGET_MIN]]] [SHAPE...] [-- race options...]
+# e.g. bench/gpu/race_chain.sh 560 qwen2.5-0.5b:8G:control:8 llama-3.2-1b:8G::7 llama-3.1-8b:4G::5.5
+# (KV_BYTES: each engine --kv-cache-memory-bytes, default 8G; BUDGET_MIN: that shape --budget-min)
 #
 # run_race.sh races its shapes at the same time; this chain is for a single-GPU lease where shapes must not
 # disturb each other. The chain starts once under setsid and outlives the device call; calling again with
@@ -31,9 +32,10 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
     work=/tmp/gmr; opts=$(cat "$work/race-options")
     export PYTHONPATH="/tmp/site:/tmp/gmsrc" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
     for a in "$@"; do
-      IFS=: read -r shape kv flag <<< "$a"
+      IFS=: read -r shape kv flag budget <<< "$a"
       mkdir -p "$work/model-$shape"; cp "$work/shapes/$shape.json" "$work/model-$shape/config.json"
       extra=(); [ "${flag:-}" = control ] && extra=(--control)
+      [ -n "${budget:-}" ] && extra+=(--budget-min "$budget")
       echo "$(date -u +%FT%TZ) racing $shape kv ${kv:-8G} ${extra[*]} $opts" >>"$work/race-$shape.out"
       eval "python3 -m graphmode.profiling profile --race --dataset $work/race-h200-$shape.sqlite --port 8200 \
         --log-dir $work/logs-$shape --vllm-cmd \"python3 -m vllm.entrypoints.openai.api_server\" \
