@@ -64,6 +64,21 @@ class ServiceSettings(BaseModel):
         default_factory=lambda: ["127.0.0.1", "::1", "localhost"],
         description="hosts server_url may name: host names (exact), IP addresses or CIDR networks; '*' = any",
     )
+    # Only http(s)://host:port/metrics is ever fetched and no response body is ever quoted back, so a
+    # caller learns nothing from other local services but whether /metrics answered Prometheus text;
+    # vLLM's port varies by deployment, hence any port by default. List ports to narrow it.
+    scrape_ports: list[int] = Field(
+        default_factory=list,
+        description="ports server_url may name (empty: any port on an allowed host)",
+    )
+    # A scrape holds one of a few slots for window_s; a caller without the token may hold one briefly only.
+    open_max_window_s: float = Field(default=5.0, gt=0, description="longest window_s without the token")
+    # Slow clients: a request's head must arrive within header_timeout_s of its first byte (or of the
+    # connection), its body within body_timeout_s per read; heads larger than max_header_bytes get 400.
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=10.0, gt=0)
+    keep_alive_s: float = Field(default=5.0, gt=0, description="idle keep-alive connections close after this")
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024)
 
     @field_validator("scrape_hosts")
     @classmethod
