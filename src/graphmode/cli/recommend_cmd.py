@@ -225,13 +225,18 @@ def register(app: typer.Typer) -> None:
                 from pydantic import ValidationError
 
                 from graphmode.core.records import ObservedFeatures
+                from graphmode.service.schemas import FeaturesIn
 
                 try:
-                    inputs = ObservedFeatures.model_validate(_read_features(features))
+                    # The service's rules: finite, >= 0, within each feature's range, one traffic feature.
+                    inputs = ObservedFeatures.model_validate(
+                        FeaturesIn.model_validate(_read_features(features)).model_dump(exclude_unset=True)
+                    )
                 except ValidationError as exc:
                     first = exc.errors()[0]
+                    where = ".".join(map(str, first["loc"]))
                     raise ConfigError(
-                        f"--features: {'.'.join(map(str, first['loc']))}: {first['msg']} "
+                        f"--features: {where + ': ' if where else ''}{first['msg']} "
                         f"(known: {', '.join(ObservedFeatures.model_fields)})"
                     ) from None
             obj_args = dict(

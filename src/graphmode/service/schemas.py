@@ -445,7 +445,12 @@ class RetrainRequest(_Strict):
         default_factory=list, max_length=256, description="arguments for vLLM; must name the model"
     )
     grid: Grid | None = Field(None, description="an inline workload grid (default: settings.profile.grid)")
-    grid_path: str | None = Field(None, max_length=4096, description="a grid file on the service's host")
+    grid_path: str | None = Field(
+        None,
+        max_length=255,
+        description="a grid file of the registry's grids folder (<models_dir>/grids/NAME.yaml); any other "
+        "grid goes inline, as grid",
+    )
     workloads: list[Annotated[str, Field(max_length=120)]] | None = Field(
         None, max_length=1000, description="only these workloads of the grid"
     )

@@ -30,7 +30,7 @@ async def start_retrain(body: RetrainRequest, state: StateDep, response: Respons
     """Start profiling (resuming) + training in the background; poll ``GET /v1/jobs/{id}``. When it
     succeeds the service reloads its models (unless ``reload`` is false). One job at a time."""
     try:
-        config = plan(body, state.settings)
+        config = plan(body, state.settings, state.models_dir)
     except RequestFieldError as exc:
         raise HTTPException(
             status_code=422,
