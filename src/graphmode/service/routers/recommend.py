@@ -25,7 +25,7 @@ from fastapi import APIRouter, HTTPException, Response
 
 from graphmode.core.errors import ObjectiveError, ScrapeError
 from graphmode.core.records import ObservedFeatures
-from graphmode.selector.recommend import FeatureSource
+from graphmode.selector.recommend import FeatureSource, Recommender
 from graphmode.service.deps import CredentialsDep, StateDep, pick_recommender, token_valid
 from graphmode.service.schemas import TRAFFIC_FEATURES, RecommendRequest, RecommendResponse
 from graphmode.service.state import LoadedModels, ServiceState
@@ -202,6 +202,19 @@ def answer(
     try:
         result = rec.recommend(inputs, objective, source=source)
     except ObjectiveError as exc:
+        far = _far_out(rec, inputs)
+        if far:  # the estimators predict nothing usable that far out: say why, about the input
+            raise HTTPException(
+                status_code=422,
+                detail=[
+                    {
+                        "loc": ["body", "features" if body.features is not None else "workload"],
+                        "msg": f"the input is too far outside what model {rec.model_id} was profiled on "
+                        f"({', '.join(far)}) for any prediction: {exc}",
+                        "type": "value_error",
+                    }
+                ],
+            ) from None
         raise _objective_error(exc) from None
     metrics = state.metrics
     metrics.compute.observe(time.perf_counter() - t0)
@@ -209,6 +222,16 @@ def answer(
     # RecommendResponse is the Recommendation under the API's name: same fields, so the selector's object is
     # serialized as is (no copy, no re-validation).
     return Response(result.model_dump_json(), media_type="application/json")
+
+
+def _far_out(rec: Recommender, inputs: Any) -> list[str]:
+    """The input's features outside the model's profiled range (none when that cannot be told)."""
+    try:
+        feats, _ = rec.features_of(inputs)
+        x, _ = rec.spec.vectorize(feats)
+        return list(rec.spec.out_of_range(x))
+    except Exception:  # only for wording an error: never the cause of another
+        return []
 
 
 def _objective_error(exc: ObjectiveError) -> HTTPException:
