@@ -183,14 +183,16 @@ def validation_details(errors: Sequence[object]) -> list[dict[str, object]]:
         ctx = err.get("ctx")
         if err.get("type") == "json_invalid" and isinstance(ctx, dict) and isinstance(ctx.get("error"), str):
             msg = f"{msg}: {ctx['error']}"
+        loc = [safe_text(p) if isinstance(p, str) else p if isinstance(p, int) else safe_text(str(p))
+               for p in err.get("loc", ())]
         item: dict[str, object] = {
-            "loc": [safe_text(p) if isinstance(p, str) else p if isinstance(p, int) else safe_text(str(p))
-                    for p in err.get("loc", ())],
+            "loc": loc,
             "msg": safe_text(msg),
             "type": str(err.get("type", "")),
         }
         value = _json_safe(err.get("input"))
-        if value is not _OMIT:
+        # A URL may carry credentials (user:password@): the error names the field, not its value.
+        if value is not _OMIT and "server_url" not in loc:
             item["input"] = value
         out.append(item)
     return out
