@@ -232,6 +232,31 @@ def test_body_read_timeout_is_408_and_closes() -> None:
     assert sent[0]["status"] == 408 and (b"connection", b"close") in sent[0]["headers"], sent
 
 
+def test_a_trickled_body_times_out_as_a_whole() -> None:
+    """One byte every 50 ms never waits long per read; the body as a whole must still arrive in time."""
+    app = FastAPI()
+
+    @app.post("/echo")
+    async def echo(request: Request) -> dict[str, int]:
+        return {"n": len(await request.body())}
+
+    guarded = BodyLimitMiddleware(app, max_body_bytes=10_000, body_timeout_s=0.5)
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        await asyncio.sleep(0.05)
+        return {"type": "http.request", "body": b"x", "more_body": True}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/echo", "headers": [(b"content-length", b"5000")],
+             "query_string": b"", "root_path": "", "app": app}
+    t0 = time.monotonic()
+    asyncio.run(guarded(scope, receive, send))
+    assert time.monotonic() - t0 < 3 and sent[0]["status"] == 408, sent
+
+
 # ---------------------------------------------------------------------------------------------- 5. URLs
 @pytest.mark.parametrize(
     ("url", "expected"),

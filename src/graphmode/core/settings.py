@@ -54,6 +54,14 @@ class SelectorSettings(BaseModel):
 
 
 class ServiceSettings(BaseModel):
+    """``graphmode serve``. Scrapes (``server_url``): only ``scheme://host:port/metrics`` of a host in
+    ``scrape_hosts`` (loopback by default) on a port in ``scrape_ports`` (empty, the default: any port,
+    since vLLM's port varies; the service never quotes what a scrape fetched, so other local services
+    reveal nothing but whether they answer Prometheus text), at most 8 at once (429 + Retry-After beyond),
+    ``window_s`` above ``open_max_window_s`` only with the token. Slow or oversized clients: request head
+    within ``header_timeout_s``, body within ``body_timeout_s`` (408 and close), heads up to
+    ``max_header_bytes`` (else 400), idle keep-alive ``keep_alive_s``, at most ``max_connections`` (503)."""
+
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     token: SecretStr | None = None
@@ -79,6 +87,7 @@ class ServiceSettings(BaseModel):
     body_timeout_s: float = Field(default=10.0, gt=0)
     keep_alive_s: float = Field(default=5.0, gt=0, description="idle keep-alive connections close after this")
     max_header_bytes: int = Field(default=16 * 1024, ge=1024)
+    max_connections: int = Field(default=1000, ge=1, description="open connections and requests at once")
 
     @field_validator("scrape_hosts")
     @classmethod

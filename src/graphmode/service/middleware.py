@@ -3,10 +3,11 @@
 :class:`BodyLimitMiddleware` answers 413 when a request body is larger than the limit: at once when
 ``Content-Length`` says so, and while reading when the body comes chunked or without a length; the 413
 closes the connection, so the rest of the body is never read. With ``body_timeout_s`` it also answers 408
-(and closes) when a read of the body waits longer than that: a client that sends less than its
-Content-Length cannot hold a connection and a task. :class:`CatchAllMiddleware` turns an exception no
-handler took into a JSON 500 on a connection that stays usable (Starlette's own error middleware would
-re-raise it, and uvicorn would then drop the keep-alive connection under the client).
+(and closes) when the body has not all arrived that long after the app first asked for it: a client that
+sends less than its Content-Length, or trickles it, cannot hold a connection and a task.
+:class:`CatchAllMiddleware` turns an exception no handler took into a JSON 500 on a connection that stays
+usable (Starlette's own error middleware would re-raise it, and uvicorn would then drop the keep-alive
+connection under the client).
 :class:`MetricsMiddleware` counts and times every request by route template.
 """
 
@@ -73,15 +74,18 @@ class BodyLimitMiddleware:
         started = False
         complete = False
         timeout = self.body_timeout_s
+        deadline: float | None = None  # the whole body must arrive within body_timeout_s of the first read
 
         async def limited_receive() -> Message:
-            nonlocal received, complete
+            nonlocal received, complete, deadline
             if timeout is None or complete:
                 message = await receive()
             else:
-                with anyio.move_on_after(timeout) as scope_:
+                if deadline is None:
+                    deadline = anyio.current_time() + timeout
+                with anyio.move_on_after(max(0.0, deadline - anyio.current_time())) as waited:
                     message = await receive()
-                if scope_.cancelled_caught:
+                if waited.cancelled_caught:
                     raise BodyReadTimeout(timeout)
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))

@@ -10,6 +10,7 @@ protocol with:
 * :class:`BoundedH11Protocol`: a request head must be complete within ``header_timeout_s`` of the
   connection or of its first byte, else ``408`` and close;
 * ``timeout_keep_alive`` = ``keep_alive_s`` for idle connections between requests;
+* ``limit_concurrency`` = ``max_connections``: beyond that many connections (or requests), 503;
 * the body read timeout (``body_timeout_s``) is :class:`~graphmode.service.middleware.BodyLimitMiddleware`'s.
 """
 
@@ -98,4 +99,5 @@ def uvicorn_options(settings: Settings | None = None) -> dict[str, Any]:
         "http": BoundedH11Protocol,
         "h11_max_incomplete_event_size": service.max_header_bytes,
         "timeout_keep_alive": max(1, round(service.keep_alive_s)),
+        "limit_concurrency": service.max_connections,
     }
