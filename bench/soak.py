@@ -187,7 +187,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--duration", type=float, default=60.0, help="seconds of load (default 60)")
     p.add_argument("--rate", type=float, default=500.0, help="requests per second (default 500)")
-    p.add_argument("--concurrency", type=int, default=256, help="most requests in flight (default 256)")
+    p.add_argument("--concurrency", type=int, default=64, help="most requests (and connections) in flight (default 64)")
     p.add_argument("--models-dir", type=Path, default=ROOT / "models", help="registry to serve")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
