@@ -181,23 +181,12 @@ def test_fuzz_retrain(fuzz_client: httpx.Client) -> None:
 
 
 @pytest.mark.timeout(60)
-@settings(max_examples=60, deadline=None, derandomize=True)
-@given(raw=st.binary(max_size=300))
-def test_fuzz_raw_bytes(raw: bytes) -> None:
-    """Not even JSON: the body parser's errors are 4xx too. (A server of its own: hypothesis given
-    tests cannot take module fixtures.)"""
-    global _RAW_CLIENT
-    if _RAW_CLIENT is None:
-        pytest.skip("needs the module's server")
-    _check(_RAW_CLIENT.post("/v1/recommend", content=raw, headers={"Content-Type": "application/json"}))
+def test_fuzz_raw_bytes(fuzz_client: httpx.Client) -> None:
+    """Not even JSON: the body parser's errors are 4xx too."""
 
+    @FUZZ
+    @given(raw=st.binary(max_size=300))
+    def run(raw: bytes) -> None:
+        _check(fuzz_client.post("/v1/recommend", content=raw, headers={"Content-Type": "application/json"}))
 
-_RAW_CLIENT: httpx.Client | None = None
-
-
-@pytest.fixture(autouse=True)
-def _raw_client(fuzz_client: httpx.Client) -> Iterator[None]:
-    global _RAW_CLIENT
-    _RAW_CLIENT = fuzz_client
-    yield
-    _RAW_CLIENT = None
+    run()

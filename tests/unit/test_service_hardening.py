@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,37 @@ def test_cli_features_out_of_range_is_a_clear_error() -> None:
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     out = result.output
     assert "batch_cv" in out and "must be <=" in out and "Traceback" not in out
+
+
+def test_cli_server_without_vllm_metrics_is_a_clear_error() -> None:
+    """Same rule as the service: a /metrics with no vLLM traffic metric observed is refused, not answered
+    with every feature imputed."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from graphmode.cli.main import app
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"# TYPE other_requests_total counter\nother_requests_total 7\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        result = CliRunner().invoke(app, ["recommend", "--server", url, "--window", "0.2", "--interval", "0.1",
+                                          "--models-dir", str(REPO / "models")])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert result.exit_code != 0 and "no vLLM traffic metrics were observed" in result.output, result.output
+    assert "Traceback" not in result.output
 
 
 # ---------------------------------------------------------------------------------------------- 2. surrogates

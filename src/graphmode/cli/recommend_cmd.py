@@ -261,6 +261,13 @@ def register(app: typer.Typer) -> None:
 
                 console.print(f"scraping {server} for {window:g} s ...", highlight=False)
                 inputs = observe_server(server, window, interval)
+                from graphmode.service.schemas import TRAFFIC_FEATURES
+
+                if all(getattr(inputs, n) is None for n in TRAFFIC_FEATURES):  # as the service answers it
+                    raise ConfigError(
+                        f"no vLLM traffic metrics were observed at {server} ({inputs.n_samples or 0} scrapes): "
+                        "is it a vLLM server?"
+                    )
             answer = rec.recommend(inputs, obj, source="server" if server is not None else None)
             if as_json:
                 out_console.print_json(json.dumps(answer.model_dump(mode="json")))
