@@ -258,7 +258,9 @@ def test_cli_train_recommend_models(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "nope" in r.output
     r = runner.invoke(app, [*base, "--rate", "8"])
     assert r.exit_code == 2
-    r = runner.invoke(app, [*base, "--features", "{}", "--constraint", "ttft<=fast"])
+    r = runner.invoke(app, [*base, "--features", "{}"])  # no traffic feature: the service's rule too
+    assert r.exit_code == 2 and "at least one traffic feature" in r.output
+    r = runner.invoke(app, [*base, "--features", '{"arrival_rate": 8}', "--constraint", "ttft<=fast"])
     assert r.exit_code == 1
     r = runner.invoke(app, ["models", "--models-dir", str(tmp_path / "models")])
     assert r.exit_code == 0 and "synthetic" in r.output

@@ -152,9 +152,10 @@ def test_retrain_plan(tmp_path: Path) -> None:
     with pytest.raises(RequestFieldError) as err:
         plan(RetrainRequest(vllm_command=[], vllm_args=["--model", "/m"]), s)
     assert err.value.field == "vllm_command"
-    grid = tmp_path / "g.yaml"
+    grid = tmp_path / "grids" / "g.yaml"  # the registry's grids folder
+    grid.parent.mkdir()
     grid.write_text("workloads: [{name: w, rate: 1, input: {mean: 8}, output: {mean: 8}, repeats: 3}]\n")
-    cfg = plan(RetrainRequest(vllm_args=["--model", "/m"], grid_path=str(grid), modes=["NONE", "FULL"]), s)
+    cfg = plan(RetrainRequest(vllm_args=["--model", "/m"], grid_path="g.yaml", modes=["NONE", "FULL"]), s, tmp_path)
     assert planned_cells(cfg) == 6
 
 

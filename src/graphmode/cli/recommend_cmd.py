@@ -225,13 +225,18 @@ def register(app: typer.Typer) -> None:
                 from pydantic import ValidationError
 
                 from graphmode.core.records import ObservedFeatures
+                from graphmode.service.schemas import FeaturesIn
 
                 try:
-                    inputs = ObservedFeatures.model_validate(_read_features(features))
+                    # The service's rules: finite, >= 0, within each feature's range, one traffic feature.
+                    inputs = ObservedFeatures.model_validate(
+                        FeaturesIn.model_validate(_read_features(features)).model_dump(exclude_unset=True)
+                    )
                 except ValidationError as exc:
                     first = exc.errors()[0]
+                    where = ".".join(map(str, first["loc"]))
                     raise ConfigError(
-                        f"--features: {'.'.join(map(str, first['loc']))}: {first['msg']} "
+                        f"--features: {where + ': ' if where else ''}{first['msg']} "
                         f"(known: {', '.join(ObservedFeatures.model_fields)})"
                     ) from None
             obj_args = dict(
@@ -256,6 +261,13 @@ def register(app: typer.Typer) -> None:
 
                 console.print(f"scraping {server} for {window:g} s ...", highlight=False)
                 inputs = observe_server(server, window, interval)
+                from graphmode.service.schemas import TRAFFIC_FEATURES
+
+                if all(getattr(inputs, n) is None for n in TRAFFIC_FEATURES):  # as the service answers it
+                    raise ConfigError(
+                        f"no vLLM traffic metrics were observed at {server} ({inputs.n_samples or 0} scrapes): "
+                        "is it a vLLM server?"
+                    )
             answer = rec.recommend(inputs, obj, source="server" if server is not None else None)
             if as_json:
                 out_console.print_json(json.dumps(answer.model_dump(mode="json")))

@@ -61,6 +61,8 @@ def register(app: typer.Typer) -> None:
         """Serve recommendations over HTTP: POST /v1/recommend, /v1/models, /healthz, /metrics, /docs.
 
         Reload, retrain and jobs need GRAPHMODE_SERVICE__TOKEN (bearer); without it they answer 403.
+        Slow clients are bounded (settings.service: header_timeout_s, body_timeout_s, keep_alive_s,
+        max_header_bytes); SIGTERM stops a running retrain job's vLLM before the service exits.
         """
         with handle_errors():
             import uvicorn
@@ -86,11 +88,19 @@ def register(app: typer.Typer) -> None:
                 f"workers {workers}); docs at /docs",
                 highlight=False,
             )
+            from graphmode.service.server import uvicorn_config, uvicorn_options
+
             if workers == 1:
                 from graphmode.service.app import create_app
 
                 application = create_app(s, models_dir=root, model_id=chosen)
-                uvicorn.run(application, host=bind, port=bind_port, log_level=log_level, access_log=access_log)
+                config = uvicorn_config(
+                    application, s, host=bind, port=bind_port, log_level=log_level, access_log=access_log
+                )
+                server = uvicorn.Server(config)
+                server.run()
+                if not server.started:  # as uvicorn.run: the app's start-up failed
+                    raise SystemExit(3)
                 return
             # Worker processes build their own app from the environment.
             os.environ["GRAPHMODE_SELECTOR__MODELS_DIR"] = str(root)
@@ -104,4 +114,5 @@ def register(app: typer.Typer) -> None:
                 workers=workers,
                 log_level=log_level,
                 access_log=access_log,
+                **uvicorn_options(s),
             )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -227,7 +227,7 @@ class ProfileStore:
 
 def _compact(path: Path) -> None:
     """A single-file, vacuumed SQLite database, as committed under models/."""
-    with sqlite3.connect(path) as d:
+    with closing(sqlite3.connect(path)) as d:
         d.execute("PRAGMA journal_mode=DELETE")
         d.execute("VACUUM")
 
@@ -237,7 +237,9 @@ def copy_sqlite(src: Path, dst: Path, *, profile_key: str | None = None) -> None
     tmp = dst.with_suffix(".sqlite.tmp")
     tmp.unlink(missing_ok=True)
     try:
-        with sqlite3.connect(f"file:{src}?mode=ro", uri=True) as s, sqlite3.connect(tmp) as d:
+        # closing(): a connection's own `with` commits but stays open, and the copy of a WAL-mode store
+        # could then not switch journal mode in _compact ("database is locked": every retrain failed).
+        with closing(sqlite3.connect(f"file:{src}?mode=ro", uri=True)) as s, closing(sqlite3.connect(tmp)) as d:
             s.backup(d)
             if profile_key:
                 d.execute("DELETE FROM cells WHERE profile_key != ?", (profile_key,))

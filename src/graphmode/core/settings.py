@@ -94,6 +94,14 @@ class SelectorSettings(BaseModel):
 
 
 class ServiceSettings(BaseModel):
+    """``graphmode serve``. Scrapes (``server_url``): only ``scheme://host:port/metrics`` of a host in
+    ``scrape_hosts`` (loopback by default) on a port in ``scrape_ports`` (empty, the default: any port,
+    since vLLM's port varies; the service never quotes what a scrape fetched, so other local services
+    reveal nothing but whether they answer Prometheus text), at most 8 at once (429 + Retry-After beyond),
+    ``window_s`` above ``open_max_window_s`` only with the token. Slow or oversized clients: request head
+    within ``header_timeout_s``, body within ``body_timeout_s`` (408 and close), heads up to
+    ``max_header_bytes`` (else 400), idle keep-alive ``keep_alive_s``, at most ``max_connections`` (503)."""
+
     host: str = Field(default="127.0.0.1", description="Address `graphmode serve` binds to.")
     port: int = Field(default=8080, ge=1, le=65535, description="Port `graphmode serve` listens on.")
     token: SecretStr | None = Field(
@@ -107,6 +115,22 @@ class ServiceSettings(BaseModel):
         default_factory=lambda: ["127.0.0.1", "::1", "localhost"],
         description="Hosts a request's server_url may name: host names (exact), IPs or CIDR networks; '*' = any.",
     )
+    # Only http(s)://host:port/metrics is ever fetched and no response body is ever quoted back, so a
+    # caller learns nothing from other local services but whether /metrics answered Prometheus text;
+    # vLLM's port varies by deployment, hence any port by default. List ports to narrow it.
+    scrape_ports: list[int] = Field(
+        default_factory=list,
+        description="ports server_url may name (empty: any port on an allowed host)",
+    )
+    # A scrape holds one of a few slots for window_s; a caller without the token may hold one briefly only.
+    open_max_window_s: float = Field(default=5.0, gt=0, description="longest window_s without the token")
+    # Slow clients: a request's head must arrive within header_timeout_s of its first byte (or of the
+    # connection), its body within body_timeout_s per read; heads larger than max_header_bytes get 400.
+    header_timeout_s: float = Field(default=10.0, gt=0, description="Seconds for a request head to arrive.")
+    body_timeout_s: float = Field(default=10.0, gt=0, description="Seconds per read of a request body.")
+    keep_alive_s: float = Field(default=5.0, gt=0, description="idle keep-alive connections close after this")
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024, description="Largest request head; larger gets 400.")
+    max_connections: int = Field(default=1000, ge=1, description="open connections and requests at once")
 
     @field_validator("scrape_hosts")
     @classmethod

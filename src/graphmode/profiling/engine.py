@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import IO
@@ -68,6 +69,24 @@ def tail_lines(path: Path, n: int = 40, max_bytes: int = 256 * 1024, offset: int
     return "\n".join(head + last)
 
 
+# Servers whose process runs, by the thread that started them: whoever runs profiling in a worker thread
+# (the service's jobs) can stop that thread's engine from another thread, at once, even while start()
+# is still waiting for /health (see stop_servers_of).
+_LIVE: dict[int, set[VllmServer]] = {}
+_LIVE_LOCK = threading.Lock()
+
+
+def stop_servers_of(thread_id: int, timeout_s: float = 5.0) -> int:
+    """Stop every server started by thread ``thread_id`` (terminate its process group, wait up to
+    ``timeout_s``, kill the group); returns how many were running. Safe against the owner stopping
+    them at the same time."""
+    with _LIVE_LOCK:
+        servers = list(_LIVE.get(thread_id, ()))
+    for server in servers:
+        server.stop(timeout_s=timeout_s)
+    return len(servers)
+
+
 class VllmServer:
     """One vLLM server: ``start()`` blocks until /health answers, ``stop()`` always cleans up."""
 
@@ -88,6 +107,7 @@ class VllmServer:
         self.startup_s: float | None = None
         self._log_file: IO[bytes] | None = None
         self._log_offset = 0
+        self._owner = -1
 
     def _final_args(self, args: list[str]) -> list[str]:
         out = with_mode(args, self.mode) if self.mode is not None else list(args)
@@ -131,6 +151,9 @@ class VllmServer:
         except OSError as exc:
             self._close_log()
             raise EngineStartError(f"cannot run {self.command[0]!r}: {exc.strerror or exc}") from exc
+        self._owner = threading.get_ident()
+        with _LIVE_LOCK:
+            _LIVE.setdefault(self._owner, set()).add(self)
         try:
             self._wait_healthy(t0)
         except EngineStartError:
@@ -199,8 +222,9 @@ class VllmServer:
             raise EngineDiedError(f"vLLM {describe_exit(rc)} while serving", log_tail=self.log_tail(),
                                   returncode=rc)
 
-    def stop(self) -> int | None:
-        """Terminate the process group, wait, then kill what is left. Safe to call twice."""
+    def stop(self, timeout_s: float | None = None) -> int | None:
+        """Terminate the process group, wait (``timeout_s``, default ``stop_timeout_s``), then kill what
+        is left. Safe to call twice, and from two threads at once."""
         proc = self.proc
         if proc is None:
             self._close_log()
@@ -208,12 +232,18 @@ class VllmServer:
         if proc.poll() is None:
             self._signal_group(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(timeout=self.stop_timeout_s)
+                proc.wait(timeout=self.stop_timeout_s if timeout_s is None else timeout_s)
             except subprocess.TimeoutExpired:
                 self._signal_group(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
         # Children (engine core) can outlive the parent: sweep the group regardless.
         self._signal_group(proc.pid, signal.SIGKILL)
+        with _LIVE_LOCK:
+            owned = _LIVE.get(self._owner)
+            if owned is not None:
+                owned.discard(self)
+                if not owned:
+                    del _LIVE[self._owner]
         self._close_log()
         return proc.returncode
 

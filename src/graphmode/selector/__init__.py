@@ -21,6 +21,9 @@ Modules: :mod:`.objective` (metrics, objectives, ranking), :mod:`.featurize` (in
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -95,6 +98,26 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'graphmode.selector' has no attribute {name!r}")
-    import importlib
+    value = getattr(importlib.import_module(f"graphmode.selector.{module}"), name)
+    globals()[name] = value  # once imported, the name is bound here and __getattr__ is not asked again
+    return value
 
-    return getattr(importlib.import_module(f"graphmode.selector.{module}"), name)
+
+class _Package(types.ModuleType):
+    """The package's module type. Importing the submodule ``retrain`` (or ``train``) makes the import
+    system bind it to the package attribute of the same name, which would hide the function that name
+    exports: ``graphmode.selector.retrain(...)`` then fails with "'module' object is not callable" from
+    the second call on (issue 12). Such a binding stores the submodule's function instead; other values
+    (a test's stand-in, say) are stored as given."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if (
+            isinstance(value, types.ModuleType)
+            and value.__name__ == f"{__name__}.{name}"
+            and _LAZY.get(name) == name
+        ):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -54,6 +54,21 @@ CLASSIFIER_KINDS: tuple[ClassifierKind, ...] = (
     "knn",
 )
 DEFAULT_ALPHAS: tuple[float, ...] = tuple(float(a) for a in np.logspace(-3, 3, 13))
+# Bounds for the per-request arithmetic: a far-out but finite input (a feature of 1e154) would square to
+# inf, give every neighbour a weight of 1/inf = 0 and divide by their zero sum (issue 12). Standardized
+# inputs are clipped to this many standard deviations, squared distances saturate below overflow.
+MAX_ABS_Z = 1e6
+MAX_D2 = 1e300
+
+
+def _standardize_one(x: FloatArray, mean: FloatArray, scale: FloatArray) -> FloatArray:
+    # inputs are finite (featurization fills NaN, requests reject inf): clip also maps an overflow's ±inf
+    return np.clip((x - mean) / scale, -MAX_ABS_Z, MAX_ABS_Z)
+
+
+def _inverse_square_weights(d2: FloatArray) -> FloatArray:
+    """1 / d², finite and > 0 for every finite or infinite squared distance."""
+    return np.asarray(1.0 / (np.minimum(np.nan_to_num(d2, nan=MAX_D2, posinf=MAX_D2), MAX_D2) + 1e-9))
 
 
 class ColumnwiseRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
@@ -165,14 +180,14 @@ class ColumnwiseRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
         absent = ~np.isfinite(self.y_mean_[cols])
         if self.kind in ("ridge", "mean"):
             coef, icpt = self.coef_[:, cols].copy(), self.intercept_[cols].copy()
-            return lambda x: ((x - mean) / scale) @ coef + icpt
+            return lambda x: _standardize_one(x, mean, scale) @ coef + icpt
         if self.kind == "knn":
             return _knn_one(mean, scale, self.train_z_, self.train_y_[:, cols], self.n_neighbors)
         flat = FlatForest.from_estimators(self.forest_.estimators_, classifier=False)
         every = columns is None
 
         def forest_predict(x: FloatArray) -> FloatArray:
-            out = flat.predict_one((x - mean) / scale)
+            out = flat.predict_one(_standardize_one(x, mean, scale))
             out = out if every else out[cols]
             out[absent] = np.nan
             return out
@@ -210,7 +225,7 @@ def _knn(Zq: FloatArray, Zt: FloatArray, Yt: FloatArray, k: int) -> FloatArray:
     ys = np.where(finite, Yt, 0.0)[order]
     ds = np.take_along_axis(d2, order, axis=1)[:, :, None]
     take = fs & (np.cumsum(fs, axis=1) <= max(k, 1))
-    w = take / (ds + 1e-9)
+    w = take * _inverse_square_weights(ds)
     wsum = w.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         out = (w * ys).sum(axis=1) / wsum
@@ -234,18 +249,18 @@ def _knn_one(
     Zt, mean, scale = Zt.copy(), mean.copy(), scale.copy()
 
     def predict(x: FloatArray) -> FloatArray:
-        d2 = (((x - mean) / scale - Zt) ** 2).sum(axis=1)
+        d2 = np.minimum(((_standardize_one(x, mean, scale) - Zt) ** 2).sum(axis=1), MAX_D2)
         order = np.argsort(d2, kind="stable")
         out = np.empty(Yt.shape[1])
         near = order[:kk]
-        w = 1.0 / (d2[near] + 1e-9)
+        w = _inverse_square_weights(d2[near])
         out[dense] = (w @ y_dense[near]) / w.sum()
         for j, ok, col in holes:
             idx = order[ok[order]][:kk]
             if idx.size == 0:
                 out[j] = np.nan
                 continue
-            wj = 1.0 / (d2[idx] + 1e-9)
+            wj = _inverse_square_weights(d2[idx])
             out[j] = float(wj @ col[idx]) / float(wj.sum())
         return out
 

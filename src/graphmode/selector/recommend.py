@@ -92,7 +92,12 @@ class Recommendation(BaseModel):
     predicted_value: float | None = Field(description="predicted objective metric of the chosen mode")
     default_mode: str
     gain_vs_default_pct: float | None = Field(
-        description="predicted improvement over vLLM's default, % (score)"
+        description="predicted improvement over vLLM's default on the objective's metric, %"
+    )
+    score_gain_vs_default_pct: float | None = Field(
+        None,
+        description="improvement of the weighted score (metric with the memory and start-up weights) "
+        "over the default's, %; equals gain_vs_default_pct when no weight is set",
     )
     gain_significant: bool = Field(
         description="False when the default is within the noise of the chosen mode"
@@ -462,7 +467,12 @@ class Recommender:
         default_score = (
             ranking.scores[self.default_mode].score if self.default_mode in ranking.scores else None
         )
-        gain = relative_gain(chosen_score, default_score, obj.metric)
+        default_value = (
+            ranking.scores[self.default_mode].value if self.default_mode in ranking.scores else None
+        )
+        # The gain is on the metric the caller asked about; the weighted score's gain is reported apart.
+        gain = relative_gain(ranking.scores[best].value, default_value, obj.metric)
+        score_gain = relative_gain(chosen_score, default_score, obj.metric)
         preds = [
             ModePrediction(
                 mode=m,
@@ -488,6 +498,7 @@ class Recommender:
             predicted_value=ranking.scores[best].value,
             default_mode=self.default_mode,
             gain_vs_default_pct=gain,
+            score_gain_vs_default_pct=score_gain,
             gain_significant=(race.basis == "better" and best == race.mode) if race is not None
             else self.default_mode not in ranking.ties and best != self.default_mode,
             ties=ranking.ties,

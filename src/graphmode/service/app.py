@@ -12,6 +12,7 @@ Endpoints: ``POST /v1/recommend``; ``GET /v1/models``, ``GET /v1/models/{id}``; 
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -23,6 +24,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
 
 from graphmode import __version__
 from graphmode.core.errors import GraphmodeError
@@ -30,7 +33,8 @@ from graphmode.core.records import Fingerprint
 from graphmode.core.settings import Settings, load_settings
 from graphmode.service.jobs import JobRegistry
 from graphmode.service.metrics import ServiceMetrics
-from graphmode.service.middleware import BodyLimitMiddleware, MetricsMiddleware
+from graphmode.service.middleware import BodyLimitMiddleware, CatchAllMiddleware, MetricsMiddleware
+from graphmode.service.redact import redact_paths
 from graphmode.service.routers import health, jobs, models
 from graphmode.service.routers import recommend as recommend_router
 from graphmode.service.state import ServiceState
@@ -86,7 +90,9 @@ def create_app(
         if s.service.token is None:
             log.warning("no service token configured: reload, retrain and jobs are disabled (403)")
         yield
-        state.jobs.shutdown()
+        # The job's vLLM is stopped (its whole process group) before the process exits: uvicorn re-raises
+        # SIGTERM once the app has shut down, which would otherwise leave the engine running (issue 12).
+        await run_in_threadpool(state.jobs.shutdown)
 
     app = FastAPI(
         title="graphmode",
@@ -105,23 +111,59 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": validation_details(exc.errors())}, status_code=422)
+        return SafeJSONResponse({"detail": validation_details(exc.errors())}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code in (204, 304) or exc.status_code < 200:
+            return Response(status_code=exc.status_code, headers=exc.headers)
+        return SafeJSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(GraphmodeError)
     async def graphmode_error(request: Request, exc: GraphmodeError) -> JSONResponse:
         log.error("%s %s: %s", request.method, request.url.path, exc)
-        return JSONResponse({"detail": str(exc)}, status_code=500)
+        return SafeJSONResponse({"detail": redact_paths(str(exc))}, status_code=500)
 
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=s.service.max_body_bytes)
+    # Innermost first: the catch-all sits inside the body limit and the metrics, so a 500 it makes is
+    # counted, and the connection it answers on stays open.
+    app.add_middleware(CatchAllMiddleware)
+    app.add_middleware(
+        BodyLimitMiddleware, max_body_bytes=s.service.max_body_bytes, body_timeout_s=s.service.body_timeout_s
+    )
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts 413s too
     return app
+
+
+def safe_text(value: str) -> str:
+    """``value`` encodable as UTF-8: a lone surrogate (JSON allows ``"\\ud800"``) becomes the text of its
+    escape sequence instead of failing the response's encoding (issue 12: 500 in the 422 handler)."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _safe(value: object) -> object:
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, list | tuple):
+        return [_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {safe_text(str(k)): _safe(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSON whose strings are made encodable first (error bodies echo parts of the request)."""
+
+    def render(self, content: object) -> bytes:
+        return json.dumps(_safe(content), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 def _json_safe(value: object) -> object:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # NaN / inf: JSON has no spelling for them
-    if isinstance(value, str) and len(value) > 200:
-        return value[:200] + "…"
+    if isinstance(value, str):
+        return safe_text(value[:200] + "…" if len(value) > 200 else value)
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return _OMIT
@@ -141,13 +183,16 @@ def validation_details(errors: Sequence[object]) -> list[dict[str, object]]:
         ctx = err.get("ctx")
         if err.get("type") == "json_invalid" and isinstance(ctx, dict) and isinstance(ctx.get("error"), str):
             msg = f"{msg}: {ctx['error']}"
+        loc = [safe_text(p) if isinstance(p, str) else p if isinstance(p, int) else safe_text(str(p))
+               for p in err.get("loc", ())]
         item: dict[str, object] = {
-            "loc": [p if isinstance(p, str | int) else str(p) for p in err.get("loc", ())],
-            "msg": msg,
+            "loc": loc,
+            "msg": safe_text(msg),
             "type": str(err.get("type", "")),
         }
         value = _json_safe(err.get("input"))
-        if value is not _OMIT:
+        # A URL may carry credentials (user:password@): the error names the field, not its value.
+        if value is not _OMIT and "server_url" not in loc:
             item["input"] = value
         out.append(item)
     return out

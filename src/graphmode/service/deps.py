@@ -19,6 +19,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from graphmode.selector.recommend import Recommender
+from graphmode.service.redact import redact_paths
 from graphmode.service.state import LoadedModels, ServiceState
 
 bearer = HTTPBearer(
@@ -49,8 +50,8 @@ def pick_recommender(models: LoadedModels, model_id: str | None) -> Recommender:
         if models.default is None:
             raise HTTPException(
                 status_code=503,
-                detail=f"no model loaded ({models.load_error}); train one (graphmode train, or POST "
-                "/v1/retrain) and POST /v1/reload",
+                detail=f"no model loaded ({redact_paths(models.load_error or 'unknown')}); train one "
+                "(graphmode train, or POST /v1/retrain) and POST /v1/reload",
             )
         return models.default
     rec = models.by_id.get(model_id)
@@ -58,7 +59,7 @@ def pick_recommender(models: LoadedModels, model_id: str | None) -> Recommender:
         why = models.broken.get(model_id)
         known = ", ".join(sorted(models.by_id)) or "none"
         detail = (
-            f"model {model_id!r} could not be loaded: {why}"
+            f"model {model_id!r} could not be loaded: {redact_paths(why)}"
             if why
             else f"model {model_id!r} is not loaded (loaded: {known})"
         )
@@ -93,8 +94,21 @@ async def require_token(
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise _unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
     expected = token.get_secret_value().encode("utf-8")
-    if not hmac.compare_digest(credentials.credentials.encode("utf-8"), expected):
+    if not hmac.compare_digest(credentials.credentials.encode("utf-8", "backslashreplace"), expected):
         raise _unauthorized("invalid token", "invalid_token")
 
 
 TokenDep = Depends(require_token)
+
+
+def token_valid(state: ServiceState, credentials: HTTPAuthorizationCredentials | None) -> bool:
+    """Whether the request carries the configured token (never raises: for endpoints open to all that
+    allow more to token holders)."""
+    token = state.settings.service.token
+    if token is None or credentials is None or credentials.scheme.lower() != "bearer":
+        return False
+    expected = token.get_secret_value().encode("utf-8")
+    return hmac.compare_digest(credentials.credentials.encode("utf-8", "backslashreplace"), expected)
+
+
+CredentialsDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]

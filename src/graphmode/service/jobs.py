@@ -5,8 +5,12 @@ job while one is queued or running (:class:`JobBusy`, HTTP 409). When the regist
 it also takes an exclusive ``flock`` on it for the job's lifetime, so that two service processes (``graphmode
 serve --workers N``, or two services on one models dir) never profile at once either.
 
-Cancelling is cooperative: :meth:`JobContext.check_cancelled` raises :class:`JobCancelled` at the next
-checkpoint (the retrain job checks before each mode and each cell, so vLLM is always stopped cleanly).
+Cancelling stops the job's vLLM at once: the registry terminates the process group of every engine the
+job's thread started (terminate, wait :data:`CANCEL_STOP_S`, kill), and keeps doing so until the job ends,
+so an engine still starting up (a hung vLLM could wait out a 900 s start-up timeout) or one started just
+after the cancel goes too; the job then raises :class:`JobCancelled` at its next checkpoint
+(:meth:`JobContext.check_cancelled`, before each mode and each cell). Shutting the registry down does the
+same and waits for the job to end (bounded), so the service never exits with its engine running.
 The last ``keep`` finished jobs are remembered.
 """
 
@@ -31,6 +35,8 @@ from graphmode.service.schemas import JobPhase, JobProgress, JobResult, JobState
 
 log = logging.getLogger("graphmode.service.jobs")
 MAX_MESSAGES = 20
+CANCEL_STOP_S = 3.0  # grace between SIGTERM and SIGKILL for a cancelled job's engine
+SHUTDOWN_WAIT_S = 20.0  # how long shutdown waits for the cancelled job to end
 
 
 class JobBusy(Exception):
@@ -57,6 +63,8 @@ class Job:
         self.error: str | None = None
         self.cancel = threading.Event()
         self.lock = threading.Lock()
+        self.thread_id: int | None = None  # the worker thread running it: its engines are the job's
+        self.finished = threading.Event()
 
     @property
     def done(self) -> bool:
@@ -164,20 +172,39 @@ class JobRegistry:
         return job
 
     def cancel(self, job_id: str) -> Job | None:
+        """Ask ``job_id`` to stop and stop its engine now (in the background: this returns at once)."""
         job = self.get(job_id)
-        if job is not None and not job.done:
+        if job is not None and not job.done and not job.cancel.is_set():
             job.cancel.set()
+            threading.Thread(target=self._reap, args=(job,), name=f"graphmode-cancel-{job.id}", daemon=True).start()
         return job
 
-    def shutdown(self) -> None:
-        """Ask the running job to stop at its next checkpoint; do not wait for it (the interpreter
-        joins the worker thread at exit, after the job has stopped vLLM)."""
+    def shutdown(self, wait_s: float = SHUTDOWN_WAIT_S) -> None:
+        """Cancel the running job, stop its engine (terminate, wait, kill its process group) and wait up to
+        ``wait_s`` for the job to end: the process may exit right after this returns."""
         job = self.running()
         if job is not None:
-            log.warning("shutting down with job %s %s: cancelling it", job.id, job.status)
+            log.warning("shutting down with job %s %s: cancelling it and stopping its vLLM", job.id, job.status)
             job.cancel.set()
+            self._reap(job, wait_s)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=False)
+
+    @staticmethod
+    def _reap(job: Job, wait_s: float = SHUTDOWN_WAIT_S) -> None:
+        """Stop the engines ``job``'s thread starts until the job ends (or ``wait_s`` passes)."""
+        from graphmode.profiling.engine import stop_servers_of
+
+        deadline = time.monotonic() + wait_s
+        while not job.finished.is_set():
+            if job.thread_id is not None:
+                stopped = stop_servers_of(job.thread_id, timeout_s=CANCEL_STOP_S)
+                if stopped:
+                    log.info("job %s cancelled: stopped %d vLLM process group(s)", job.id, stopped)
+            if time.monotonic() > deadline:
+                log.error("job %s still running %.0f s after its cancel", job.id, wait_s)
+                return
+            job.finished.wait(0.1)
 
     # ------------------------------------------------------------------ internals
     def _acquire_file_lock(self) -> IO[str] | None:
@@ -210,6 +237,7 @@ class JobRegistry:
         with job.lock:
             job.status = "running"
             job.started_at = time.time()
+            job.thread_id = threading.get_ident()
         if self.metrics is not None:
             self.metrics.job_running.set(1)
         status: JobState = "failed"
@@ -224,8 +252,10 @@ class JobRegistry:
             with job.lock:
                 job.error = str(exc)
         except GraphmodeError as exc:
+            # After a cancel, stopping the engine makes the work fail however it was busy: that is the cancel.
+            status = "cancelled" if job.cancel.is_set() else "failed"
             with job.lock:
-                job.error = str(exc)
+                job.error = f"job {job.id} cancelled ({exc})" if status == "cancelled" else str(exc)
         except Exception as exc:  # a bug or an unexpected failure: keep the service up, report it
             log.exception("job %s failed", job.id)
             with job.lock:
@@ -243,4 +273,5 @@ class JobRegistry:
                 job.status = status
                 job.finished_at = time.time()
                 job.progress.phase = "done"
+            job.finished.set()
             log.info("job %s %s", job.id, status)

@@ -2,19 +2,29 @@
 
 :class:`BodyLimitMiddleware` answers 413 when a request body is larger than the limit: at once when
 ``Content-Length`` says so, and while reading when the body comes chunked or without a length; the 413
-closes the connection, so the rest of the body is never read. :class:`MetricsMiddleware` counts and
-times every request by route template.
+closes the connection, so the rest of the body is never read. With ``body_timeout_s`` it also answers 408
+(and closes) when the body has not all arrived that long after the app first asked for it: a client that
+sends less than its Content-Length, or trickles it, cannot hold a connection and a task.
+:class:`CatchAllMiddleware` turns an exception no handler took into a JSON 500 on a connection that stays
+usable (Starlette's own error middleware would re-raise it, and uvicorn would then drop the keep-alive
+connection under the client).
+:class:`MetricsMiddleware` counts and times every request by route template.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
+from collections.abc import Mapping
 
+import anyio
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from graphmode.service.metrics import ServiceMetrics
+
+log = logging.getLogger("graphmode.service")
 
 
 class BodyTooLarge(HTTPException):
@@ -36,10 +46,20 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
+class BodyReadTimeout(HTTPException):
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(
+            status_code=408,
+            detail=f"request body not received within {timeout_s:g} s",
+            headers={"Connection": "close"},
+        )
+
+
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, body_timeout_s: float | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -52,14 +72,28 @@ class BodyLimitMiddleware:
             return
         received = 0
         started = False
+        complete = False
+        timeout = self.body_timeout_s
+        deadline: float | None = None  # the whole body must arrive within body_timeout_s of the first read
 
         async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, complete, deadline
+            if timeout is None or complete:
+                message = await receive()
+            else:
+                if deadline is None:
+                    deadline = anyio.current_time() + timeout
+                with anyio.move_on_after(max(0.0, deadline - anyio.current_time())) as waited:
+                    message = await receive()
+                if waited.cancelled_caught:
+                    raise BodyReadTimeout(timeout)
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
                     raise BodyTooLarge(limit)
+                complete = not message.get("more_body", False)
+            else:
+                complete = True
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -70,27 +104,74 @@ class BodyLimitMiddleware:
 
         try:
             await self.app(scope, limited_receive, tracking_send)
-        except BodyTooLarge:
-            # Normally FastAPI turns it into the 413 itself; this catches readers that let it escape.
+        except (BodyTooLarge, BodyReadTimeout) as exc:
+            # Normally FastAPI turns them into the response itself; this catches readers that let one escape.
             if started:
                 raise
-            await _send_413(send, limit)
+            await send_json(send, exc.status_code, {"detail": exc.detail}, close=True)
 
 
 async def _send_413(send: Send, limit: int) -> None:
-    body = json.dumps({"detail": f"request body larger than {limit} bytes"}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-            ],
-        }
-    )
+    await send_json(send, 413, {"detail": f"request body larger than {limit} bytes"}, close=True)
+
+
+async def send_json(
+    send: Send, status: int, content: object, *, close: bool = False, headers: Mapping[str, str] | None = None
+) -> None:
+    body = json.dumps(content, ensure_ascii=True).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+    if close and not any(k == b"connection" for k, _ in raw):
+        raw.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
+
+
+class CatchAllMiddleware:
+    """The last line: any exception the app's handlers did not turn into a response becomes
+    ``500 {"detail": "internal error ..."}`` (logged with its traceback, never sent), or the status of an
+    HTTPException that escaped. The connection stays open for the client's next request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            if started:  # half a response went out: only closing the connection is left
+                raise
+            if isinstance(exc, HTTPException):
+                await send_json(send, exc.status_code, {"detail": _ascii(exc.detail)}, headers=exc.headers)
+                return
+            log.exception("%s %s: unexpected error", scope.get("method"), scope.get("path"))
+            await send_json(
+                send,
+                500,
+                {"detail": f"internal error ({type(exc).__name__}); the service logged it and goes on serving"},
+            )
+
+
+def _ascii(value: object) -> object:
+    """Strings made encodable (a lone surrogate from the request becomes its escape sequence as text)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, list | tuple):
+        return [_ascii(v) for v in value]
+    if isinstance(value, dict):
+        return {str(_ascii(k)): _ascii(v) for k, v in value.items()}
+    return value
 
 
 class MetricsMiddleware:

@@ -1,6 +1,11 @@
 """``POST /v1/retrain``: turn a request into a :class:`ProfileConfig` (validated before the job is
 accepted) and a job that runs ``graphmode.selector.retrain`` (profile, resuming, then train), reports
-progress, and reloads the service's models when it succeeds."""
+progress, and reloads the service's models when it succeeds.
+
+A request's grid is inline (``grid``), or a file of the registry's grids folder (``grid_path``, a name
+under ``<models_dir>/grids/``), or the settings' default grid: never any other file of the host, and a
+grid file's problems are reported without quoting it (issue 12: ``grid_path=/etc/shadow`` answered a 422
+that quoted the file)."""
 
 from __future__ import annotations
 
@@ -33,8 +38,29 @@ class RequestFieldError(ConfigError):
         self.field = field
 
 
-def plan(req: RetrainRequest, settings: Settings) -> ProfileConfig:
-    """The profile to run; :class:`RequestFieldError` names what is wrong."""
+GRIDS_DIR = "grids"
+GRID_SUFFIXES = (".yaml", ".yml", ".toml")
+
+
+def grid_file(name: str, models_dir: Path) -> Path:
+    """The grid file ``name`` of the registry's grids folder (a name, or a path inside that folder);
+    :class:`RequestFieldError` for anything else."""
+    folder = (models_dir / GRIDS_DIR).resolve()
+    path = (folder / name).resolve()  # an absolute name replaces the folder: checked just below
+    if not path.is_relative_to(folder) or path.suffix not in GRID_SUFFIXES:
+        raise RequestFieldError(
+            "grid_path",
+            f"grid_path must name a {'/'.join(GRID_SUFFIXES)} grid file in the registry's grids folder "
+            f"(<models_dir>/{GRIDS_DIR}/NAME); send any other grid inline, as grid",
+        )
+    if not path.is_file():
+        raise RequestFieldError("grid_path", f"no grid file {path.name!r} in the registry's grids folder")
+    return path
+
+
+def plan(req: RetrainRequest, settings: Settings, models_dir: Path | None = None) -> ProfileConfig:
+    """The profile to run; :class:`RequestFieldError` names what is wrong. ``models_dir`` (default:
+    the settings') holds the grids folder ``grid_path`` names a file of."""
     command = req.command(settings.vllm.argv())
     if not command:
         raise RequestFieldError("vllm_command", "the vLLM command is empty")
@@ -42,11 +68,21 @@ def plan(req: RetrainRequest, settings: Settings) -> ProfileConfig:
         raise RequestFieldError("vllm_args", 'no model in the vLLM args: give e.g. ["--model", "/path/to/model"]')
     if req.grid is not None:
         grid = req.grid
+    elif req.grid_path is not None:
+        path = grid_file(req.grid_path, Path(models_dir or settings.selector.models_dir))
+        try:
+            grid = load_grid(path)
+        except GraphmodeError:
+            # The loader's message quotes the file (a YAML error shows the line): say which file only.
+            raise RequestFieldError(
+                "grid_path", f"grid file {path.name!r} is not a valid grid (its contents are not quoted here)"
+            ) from None
     else:
         try:
-            grid = load_grid(Path(req.grid_path) if req.grid_path else settings.profile.grid)
-        except GraphmodeError as exc:
-            raise RequestFieldError("grid_path", str(exc)) from None
+            grid = load_grid(settings.profile.grid)
+        except GraphmodeError:
+            raise RequestFieldError("grid_path", "the service's default grid (settings.profile.grid) is "
+                                    "not a valid grid; send a grid inline") from None
     try:
         workloads = grid.select(list(req.workloads or []))
     except GraphmodeError as exc:

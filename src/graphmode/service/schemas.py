@@ -1,8 +1,9 @@
 """Request and response bodies of the v1 HTTP API.
 
-Requests are strict: unknown fields, NaN/±inf, negative rates and lengths, unknown metrics, modes or
-constraint syntax are rejected with 422 and the path of the offending field (FastAPI's
-``{"detail": [{"loc": [...], "msg": ..., "type": ...}]}``). Responses have their own classes:
+Requests are strict: unknown fields, NaN/±inf, numbers given as strings or booleans, out-of-range
+features, negative rates and lengths, unknown metrics, modes or constraint syntax are rejected with 422
+and the path of the offending field (FastAPI's ``{"detail": [{"loc": [...], "msg": ..., "type": ...}]}``).
+Responses have their own classes:
 :class:`RecommendResponse` is the selector's :class:`~graphmode.selector.recommend.Recommendation`
 (``mode`` and ``compilation_config`` at the top level, which ``graphmode launch --selector-url`` reads).
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import shlex
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -24,13 +24,14 @@ from pydantic import (
     model_validator,
 )
 
-from graphmode.core.errors import ObjectiveError
+from graphmode.core.errors import ConfigError, ObjectiveError
 from graphmode.core.fingerprint import shape_of_config
 from graphmode.core.modes import CudaGraphMode, parse_mode
 from graphmode.core.records import ObservedFeatures
 from graphmode.profiling.grid import Grid
 from graphmode.selector.card import ModelCard
 from graphmode.selector.describe import WorkloadDescription
+from graphmode.selector.live import metrics_url
 from graphmode.selector.objective import (
     ALIASES,
     METRICS,
@@ -46,11 +47,17 @@ MODEL_ID_PATTERN = r"^[A-Za-z0-9_.\-+]+$"
 MAX_WINDOW_S = 300.0
 MAX_CONSTRAINTS = 16
 # Features that say something about the traffic (window_s / n_samples alone do not).
-_TRAFFIC_FEATURES = tuple(n for n in ObservedFeatures.model_fields if n not in ("window_s", "n_samples"))
+TRAFFIC_FEATURES = tuple(n for n in ObservedFeatures.model_fields if n not in ("window_s", "n_samples"))
+# Upper bounds of observed features: far above any server's traffic (a billion requests or tokens per
+# second, a billion-token mean), far below where the estimators' arithmetic would overflow (issue 12:
+# 1e154 in one feature answered 500). KV-cache usage is a fraction (older vLLM: a percentage).
+FEATURE_MAX = 1e9
+FEATURE_MAX_BY_NAME = {"kv_usage_mean": 100.0, "kv_usage_max": 100.0, "batch_var": 1e18}
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # strict: "8" and true are not numbers (pydantic would coerce them otherwise)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -58,21 +65,25 @@ class FeaturesIn(ObservedFeatures):
     """Observed features of a server's traffic (as ``graphmode.profiling.features`` computes them).
 
     Every field is optional (a missing one is imputed with the training median and the answer says so);
-    every given value must be finite and >= 0, and at least one traffic feature must be given.
+    every given value must be a finite number in [0, :data:`FEATURE_MAX`] (KV-cache usage: [0, 100]),
+    and at least one traffic feature must be given.
     """
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, title="Features")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True, title="Features")
 
     @field_validator("*")
     @classmethod
-    def _non_negative(cls, v: Any, info: ValidationInfo) -> Any:
+    def _in_range(cls, v: Any, info: ValidationInfo) -> Any:
         if isinstance(v, int | float) and v < 0:
             raise ValueError(f"{info.field_name} must be >= 0, got {v}")
+        top = FEATURE_MAX_BY_NAME.get(info.field_name or "", FEATURE_MAX)
+        if isinstance(v, int | float) and v > top:
+            raise ValueError(f"{info.field_name} must be <= {top:g}, got {v:.3g}: not a server's traffic")
         return v
 
     @model_validator(mode="after")
     def _some_traffic(self) -> FeaturesIn:
-        if all(getattr(self, n) is None for n in _TRAFFIC_FEATURES):
+        if all(getattr(self, n) is None for n in TRAFFIC_FEATURES):
             raise ValueError(
                 "features: give at least one traffic feature (e.g. arrival_rate, mean_input_tokens, "
                 "mean_output_tokens, batch_mean)"
@@ -83,7 +94,7 @@ class FeaturesIn(ObservedFeatures):
 class WorkloadIn(WorkloadDescription):
     """Traffic as a person would describe it: rate, burstiness, mean token lengths, concurrency cap."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, title="Workload")
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True, title="Workload")
 
 
 def _check_constraint(text: str) -> str:
@@ -166,17 +177,48 @@ class ObjectiveIn(_Strict):
 def _check_server_url(v: str | None) -> str | None:
     if v is None:
         return None
-    text = v.strip()
-    parts = urlsplit(text if "://" in text else "http://" + text)
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"server_url must be http:// or https://, got {parts.scheme}://")
-    if not parts.hostname:
-        raise ValueError("server_url has no host")
     try:
-        parts.port  # noqa: B018 (validates the port)
-    except ValueError:
-        raise ValueError("server_url has an invalid port") from None
-    return text
+        metrics_url(v)  # scheme://host[:port][/metrics] only: the service fetches nothing else
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    return v.strip()
+
+
+_Count = Annotated[int, Field(ge=0, le=10_000_000)]
+
+
+class ServedModelConfig(BaseModel):
+    """A served model's config.json. The keys graphmode reads (architecture, layer and width counts,
+    heads, experts) are typed and bounded; other keys are kept as given (they enter the config's hash)."""
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False, title="ServedModelConfig")
+
+    architectures: list[Annotated[str, Field(max_length=200)]] | None = Field(None, max_length=16)
+    model_type: str | None = Field(None, max_length=200)
+    num_hidden_layers: _Count | None = None
+    n_layer: _Count | None = None
+    num_layers: _Count | None = None
+    hidden_size: _Count | None = None
+    n_embd: _Count | None = None
+    d_model: _Count | None = None
+    vocab_size: _Count | None = None
+    num_attention_heads: _Count | None = None
+    n_head: _Count | None = None
+    num_key_value_heads: _Count | None = None
+    head_dim: _Count | None = None
+    intermediate_size: _Count | None = None
+    n_inner: _Count | None = None
+    num_local_experts: _Count | None = None
+    num_experts: _Count | None = None
+    n_routed_experts: _Count | None = None
+    moe_intermediate_size: _Count | None = None
+    shared_expert_intermediate_size: _Count | None = None
+    n_shared_experts: _Count | None = None
+    tie_word_embeddings: bool | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The config as the caller gave it (unset keys left out, extra keys kept)."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 class RecommendRequest(_Strict):
@@ -185,6 +227,7 @@ class RecommendRequest(_Strict):
     model_config = ConfigDict(
         extra="forbid",
         allow_inf_nan=False,
+        strict=True,
         json_schema_extra={
             "examples": [
                 {
@@ -204,13 +247,19 @@ class RecommendRequest(_Strict):
         max_length=2048,
         description="a live vLLM server: the service scrapes its /metrics for window_s seconds",
     )
-    window_s: float = Field(30.0, gt=0, le=MAX_WINDOW_S, description="server_url only: seconds to scrape")
+    window_s: float = Field(
+        30.0,
+        gt=0,
+        le=MAX_WINDOW_S,
+        description="server_url only: seconds to scrape; above settings.service.open_max_window_s (5 s) "
+        "only with the bearer token",
+    )
     interval_s: float = Field(1.0, gt=0, le=60, description="server_url only: seconds between scrapes")
     objective: ObjectiveIn | None = None
     model_id: str | None = Field(
         None, max_length=200, pattern=MODEL_ID_PATTERN, description="a loaded model (default: the service's)"
     )
-    served_model_config: dict[str, Any] | None = Field(
+    served_model_config: ServedModelConfig | None = Field(
         None,
         description="config.json of the model the deployment serves, as an object: its architecture, "
         "layers, hidden size and parameter count pick the shape to predict for (default: the service's "
@@ -219,17 +268,17 @@ class RecommendRequest(_Strict):
 
     @field_validator("served_model_config")
     @classmethod
-    def _a_model_config(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _a_model_config(cls, v: ServedModelConfig | None) -> ServedModelConfig | None:
         if v is None:
             return v
-        shape = shape_of_config(v)
+        shape = shape_of_config(v.as_dict())
         if not (shape["model_architecture"] or shape["num_layers"] or shape["hidden_size"]):
             raise ValueError("no architectures, num_hidden_layers or hidden_size: not a model's config.json")
         return v
 
     def served_shape(self) -> dict[str, Any] | None:
         """Shape fields of ``served_model_config`` (None when the request gave none)."""
-        return None if self.served_model_config is None else shape_of_config(self.served_model_config)
+        return None if self.served_model_config is None else shape_of_config(self.served_model_config.as_dict())
 
     @model_validator(mode="after")
     def _exactly_one_input(self) -> RecommendRequest:
@@ -376,6 +425,7 @@ class RetrainRequest(_Strict):
     model_config = ConfigDict(
         extra="forbid",
         allow_inf_nan=False,
+        strict=True,
         json_schema_extra={
             "examples": [
                 {
@@ -395,7 +445,12 @@ class RetrainRequest(_Strict):
         default_factory=list, max_length=256, description="arguments for vLLM; must name the model"
     )
     grid: Grid | None = Field(None, description="an inline workload grid (default: settings.profile.grid)")
-    grid_path: str | None = Field(None, max_length=4096, description="a grid file on the service's host")
+    grid_path: str | None = Field(
+        None,
+        max_length=255,
+        description="a grid file of the registry's grids folder (<models_dir>/grids/NAME.yaml); any other "
+        "grid goes inline, as grid",
+    )
     workloads: list[Annotated[str, Field(max_length=120)]] | None = Field(
         None, max_length=1000, description="only these workloads of the grid"
     )

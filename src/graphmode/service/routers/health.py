@@ -8,6 +8,7 @@ from fastapi import APIRouter, Response
 
 from graphmode import __version__
 from graphmode.service.deps import StateDep
+from graphmode.service.redact import redact_paths
 from graphmode.service.schemas import Health
 
 router = APIRouter(tags=["health"])
@@ -24,11 +25,11 @@ async def healthz(state: StateDep) -> Response:
         models_broken=len(models.broken),
         default_model_id=models.default.model_id if models.default is not None else None,
         synthetic_model=models.default.card.synthetic if models.default is not None else None,
-        models_dir=str(models.models_dir),
+        models_dir=models.models_dir.name,  # not where it lives on this host: the endpoint is open
         loaded_at=models.loaded_at,
         uptime_s=round(time.time() - state.started_at, 3),
         job_running=job.id if job is not None else None,
-        load_error=models.load_error,
+        load_error=redact_paths(models.load_error) if models.load_error else None,
     )
     return Response(
         health.model_dump_json(),

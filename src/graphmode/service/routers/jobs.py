@@ -30,7 +30,7 @@ async def start_retrain(body: RetrainRequest, state: StateDep, response: Respons
     """Start profiling (resuming) + training in the background; poll ``GET /v1/jobs/{id}``. When it
     succeeds the service reloads its models (unless ``reload`` is false). One job at a time."""
     try:
-        config = plan(body, state.settings)
+        config = plan(body, state.settings, state.models_dir)
     except RequestFieldError as exc:
         raise HTTPException(
             status_code=422,
@@ -69,7 +69,8 @@ async def get_job(job_id: JobIdPath, state: StateDep) -> JobStatus:
 
 @router.delete("/jobs/{job_id}", response_model=JobStatus, responses={**_AUTH, 404: {"description": "no such job"}})
 async def cancel_job(job_id: JobIdPath, state: StateDep) -> JobStatus:
-    """Ask a job to stop: it stops at the next cell boundary, stopping vLLM cleanly."""
+    """Stop a job: its vLLM is stopped now (terminate, then kill its process group after a few seconds),
+    even during start-up, and the job ends ``cancelled`` right after. Returns at once."""
     job = state.jobs.cancel(job_id)
     if job is None:
         raise HTTPException(status_code=404, detail=f"no job {job_id!r}")

@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Response
+from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from graphmode.core.errors import GraphmodeError
 from graphmode.selector.card import ModelCard
 from graphmode.service.deps import ModelsDep, StateDep, TokenDep
+from graphmode.service.redact import redact_paths, redact_tree
 from graphmode.service.schemas import MODEL_ID_PATTERN, ModelList, ModelSummary, ReloadResponse
 
 router = APIRouter(prefix="/v1", tags=["models"])
@@ -25,10 +27,11 @@ async def list_loaded_models(models: ModelsDep) -> ModelList:
         for mid, rec in sorted(models.by_id.items())
     ]
     items += [
-        ModelSummary.of(mid, None, loaded=False, default=False, error=err) for mid, err in sorted(models.broken.items())
+        ModelSummary.of(mid, None, loaded=False, default=False, error=redact_paths(err))
+        for mid, err in sorted(models.broken.items())
     ]
     return ModelList(
-        models_dir=str(models.models_dir),
+        models_dir=models.models_dir.name,  # open endpoint: the folder's name, not its place on this host
         default_model_id=default_id,
         loaded_at=models.loaded_at,
         models=items,
@@ -48,11 +51,13 @@ async def get_model_card(model_id: ModelIdPath, models: ModelsDep) -> Response:
         known = ", ".join(sorted(models.by_id)) or "none"
         raise HTTPException(
             status_code=404,
-            detail=f"model {model_id!r} could not be loaded: {why}"
+            detail=f"model {model_id!r} could not be loaded: {redact_paths(why)}"
             if why
             else f"no model {model_id!r} loaded (loaded: {known})",
         )
-    return Response(rec.card.model_dump_json(), media_type="application/json")
+    # Paths in the card (the training host's model folders in vLLM arguments, dataset files) are reduced
+    # to their last component: the endpoint is open.
+    return JSONResponse(redact_tree(rec.card.model_dump(mode="json")))
 
 
 @router.post(

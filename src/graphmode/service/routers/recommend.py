@@ -3,26 +3,31 @@
 The endpoint is ``async def`` and calls the in-process recommender directly on the event loop (~0.1–0.4 ms
 of CPU): measured faster than a plain ``def`` endpoint, which FastAPI would run in its threadpool
 (see NOTES-service.md). Only the ``server_url`` input blocks (it scrapes a server for ``window_s``), so
-that runs in a worker thread, at most :data:`MAX_CONCURRENT_SCRAPES` at once. The answer is serialized
-once by pydantic and returned as bytes, never re-validated.
+that runs in a worker thread, in one of :data:`MAX_CONCURRENT_SCRAPES` slots: when every slot is taken the
+request is answered 429 with ``Retry-After`` at once, never queued. Without the bearer token ``window_s``
+may not exceed ``settings.service.open_max_window_s``, so nobody holds the slots for long unannounced.
+The scrape fetches ``scheme://host:port/metrics`` only and its errors never quote what the server sent.
+The answer is serialized once by pydantic and returned as bytes, never re-validated.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
+import httpx
 from fastapi import APIRouter, HTTPException, Response
 
 from graphmode.core.errors import ObjectiveError, ScrapeError
 from graphmode.core.records import ObservedFeatures
-from graphmode.selector.recommend import FeatureSource
-from graphmode.service.deps import StateDep, pick_recommender
-from graphmode.service.schemas import RecommendRequest, RecommendResponse
+from graphmode.selector.recommend import FeatureSource, Recommender
+from graphmode.service.deps import CredentialsDep, StateDep, pick_recommender, token_valid
+from graphmode.service.schemas import TRAFFIC_FEATURES, RecommendRequest, RecommendResponse
 from graphmode.service.state import LoadedModels, ServiceState
 
 MAX_CONCURRENT_SCRAPES = 8
@@ -30,8 +35,12 @@ MAX_CONCURRENT_SCRAPES = 8
 _RESPONSES: dict[int | str, dict[str, Any]] = {
     404: {"description": "model_id is not a loaded model"},
     413: {"description": "body larger than settings.service.max_body_bytes"},
-    422: {"description": "invalid body: the field, and for metrics the list of known ones"},
-    403: {"description": "server_url names a host outside settings.service.scrape_hosts"},
+    422: {
+        "description": "invalid body: the field, and for metrics the list of known ones; a server_url "
+        "whose /metrics shows no vLLM traffic metrics; window_s above the open limit without the token"
+    },
+    403: {"description": "server_url names a host or port outside settings.service.scrape_hosts/scrape_ports"},
+    429: {"description": "every scrape slot is taken: retry after Retry-After seconds"},
     502: {"description": "server_url could not be scraped"},
     503: {"description": "no model is loaded"},
 }
@@ -48,11 +57,22 @@ def _observe(url: str, window_s: float, interval_s: float) -> ObservedFeatures:
     return observe_server(url, window_s, interval_s)
 
 
-def scrape_refusal(url: str, allowed: Sequence[str]) -> str | None:
-    """Why the service will not scrape *url* (its host is not in *allowed*), or None when it may."""
+def scrape_refusal(url: str, allowed: Sequence[str], ports: Sequence[int] = ()) -> str | None:
+    """Why the service will not scrape *url* (its host is not in *allowed*, or its port not in a
+    non-empty *ports*), or None when it may."""
+    parts = urlsplit(url if "://" in url else "http://" + url)
+    if ports:
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            port = -1
+        if port not in ports:
+            return (f"server_url port {port} is not one this service may scrape; allowed: "
+                    f"{', '.join(map(str, ports))} (settings.service.scrape_ports, env "
+                    "GRAPHMODE_SERVICE__SCRAPE_PORTS)")
     if "*" in allowed:
         return None
-    host = (urlsplit(url if "://" in url else "http://" + url).hostname or "").lower()
+    host = (parts.hostname or "").lower()
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
@@ -74,14 +94,95 @@ def _same_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, item: str) -> bo
         return False
 
 
-def _check_scrape_allowed(state: ServiceState, url: str) -> None:
-    why = scrape_refusal(url, state.settings.service.scrape_hosts)
+def _check_scrape_allowed(state: ServiceState, body: RecommendRequest, authorized: bool) -> str:
+    """The URL to scrape, once the request may scrape it (HTTPException otherwise)."""
+    from graphmode.selector.live import metrics_url
+
+    assert body.server_url is not None
+    service = state.settings.service
+    why = scrape_refusal(body.server_url, service.scrape_hosts, service.scrape_ports)
     if why is not None:
         raise HTTPException(status_code=403, detail=why)
+    if body.window_s > service.open_max_window_s and not authorized:
+        raise HTTPException(
+            status_code=422,
+            detail=[
+                {
+                    "loc": ["body", "window_s"],
+                    "msg": f"window_s above {service.open_max_window_s:g} s needs the service token "
+                    "(Authorization: Bearer)",
+                    "type": "value_error",
+                }
+            ],
+        )
+    return metrics_url(body.server_url)
 
 
-def _scrape_failed(url: str, exc: Exception) -> HTTPException:
-    return HTTPException(status_code=502, detail=f"could not scrape {url}: {exc}")
+def _scrape_failed(url: str, exc: ScrapeError) -> HTTPException:
+    # What went wrong, in our words only: the server's reply (a page that is not vLLM's /metrics, an
+    # error body) is never quoted back to the caller.
+    cause = exc.__cause__
+    if isinstance(cause, httpx.HTTPStatusError):
+        why = f"it answered HTTP {cause.response.status_code}"
+    elif isinstance(cause, httpx.TimeoutException):
+        why = "it did not answer in time"
+    elif isinstance(cause, httpx.HTTPError):
+        why = f"no connection ({type(cause).__name__})"
+    else:
+        why = "its reply is not Prometheus metrics text"
+    return HTTPException(status_code=502, detail=f"could not scrape {url}: {why}")
+
+
+def _no_vllm_traffic(url: str, observed: ObservedFeatures) -> HTTPException:
+    return HTTPException(
+        status_code=422,
+        detail=[
+            {
+                "loc": ["body", "server_url"],
+                "msg": f"no vLLM traffic metrics were observed at {url} ({observed.n_samples or 0} scrapes "
+                "over the window): is it a vLLM server? Same rule as features: at least one traffic "
+                "feature is needed",
+                "type": "value_error",
+            }
+        ],
+    )
+
+
+class ScrapeSlots:
+    """At most ``size`` scrapes at once; a request finding every slot taken is refused at once (429)
+    with ``Retry-After``: the seconds until the earliest running scrape should end. Used from the event
+    loop only, so plain counters suffice."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.ends: dict[int, float] = {}
+        self._next = 0
+        self._threads: anyio.CapacityLimiter | None = None
+
+    def take(self, window_s: float) -> int:
+        now = time.monotonic()
+        if len(self.ends) >= self.size:
+            wait = max(1, math.ceil(min(self.ends.values()) - now))
+            raise HTTPException(
+                status_code=429,
+                detail=f"all {self.size} scrape slots are in use; retry in {wait} s",
+                headers={"Retry-After": str(wait)},
+            )
+        self._next += 1
+        self.ends[self._next] = now + window_s
+        return self._next
+
+    def give(self, slot: int) -> None:
+        self.ends.pop(slot, None)
+
+    async def observe(self, url: str, window_s: float, interval_s: float) -> ObservedFeatures:
+        if self._threads is None:  # created on the running loop
+            self._threads = anyio.CapacityLimiter(self.size)
+        slot = self.take(window_s)
+        try:
+            return await anyio.to_thread.run_sync(_observe, url, window_s, interval_s, limiter=self._threads)
+        finally:
+            self.give(slot)
 
 
 def answer(
@@ -101,6 +202,19 @@ def answer(
     try:
         result = rec.recommend(inputs, objective, source=source)
     except ObjectiveError as exc:
+        far = _far_out(rec, inputs)
+        if far:  # the estimators predict nothing usable that far out: say why, about the input
+            raise HTTPException(
+                status_code=422,
+                detail=[
+                    {
+                        "loc": ["body", "features" if body.features is not None else "workload"],
+                        "msg": f"the input is too far outside what model {rec.model_id} was profiled on "
+                        f"({', '.join(far)}) for any prediction: {exc}",
+                        "type": "value_error",
+                    }
+                ],
+            ) from None
         raise _objective_error(exc) from None
     metrics = state.metrics
     metrics.compute.observe(time.perf_counter() - t0)
@@ -110,11 +224,27 @@ def answer(
     return Response(result.model_dump_json(), media_type="application/json")
 
 
+def _far_out(rec: Recommender, inputs: Any) -> list[str]:
+    """The input's features outside the model's profiled range (none when that cannot be told)."""
+    try:
+        feats, _ = rec.features_of(inputs)
+        x, _ = rec.spec.vectorize(feats)
+        return list(rec.spec.out_of_range(x))
+    except Exception:  # only for wording an error: never the cause of another
+        return []
+
+
 def _objective_error(exc: ObjectiveError) -> HTTPException:
     return HTTPException(
         status_code=422,
         detail=[{"loc": ["body", "objective"], "msg": str(exc), "type": "objective_error"}],
     )
+
+
+def _observed_or_error(url: str, observed: ObservedFeatures) -> ObservedFeatures:
+    if all(getattr(observed, n) is None for n in TRAFFIC_FEATURES):
+        raise _no_vllm_traffic(url, observed)
+    return observed
 
 
 def build_router(*, threadpool: bool = False) -> APIRouter:
@@ -124,33 +254,29 @@ def build_router(*, threadpool: bool = False) -> APIRouter:
     if threadpool:
 
         @router.post("/recommend", response_model=RecommendResponse, responses=_RESPONSES, description=_DOC)
-        def recommend_threaded(body: RecommendRequest, state: StateDep) -> Response:
+        def recommend_threaded(body: RecommendRequest, state: StateDep, credentials: CredentialsDep) -> Response:
             observed = None
             if body.server_url is not None:
-                _check_scrape_allowed(state, body.server_url)
+                url = _check_scrape_allowed(state, body, token_valid(state, credentials))
                 try:
-                    observed = _observe(body.server_url, body.window_s, body.interval_s)
+                    observed = _observed_or_error(url, _observe(url, body.window_s, body.interval_s))
                 except ScrapeError as exc:
-                    raise _scrape_failed(body.server_url, exc) from None
+                    raise _scrape_failed(url, exc) from None
             return answer(state, state.models, body, observed)
 
         return router
 
-    limiter: list[anyio.CapacityLimiter] = []
+    slots = ScrapeSlots(MAX_CONCURRENT_SCRAPES)
 
     @router.post("/recommend", response_model=RecommendResponse, responses=_RESPONSES, description=_DOC)
-    async def recommend(body: RecommendRequest, state: StateDep) -> Response:
+    async def recommend(body: RecommendRequest, state: StateDep, credentials: CredentialsDep) -> Response:
         observed = None
         if body.server_url is not None:
-            _check_scrape_allowed(state, body.server_url)
-            if not limiter:
-                limiter.append(anyio.CapacityLimiter(MAX_CONCURRENT_SCRAPES))
+            url = _check_scrape_allowed(state, body, token_valid(state, credentials))
             try:
-                observed = await anyio.to_thread.run_sync(
-                    _observe, body.server_url, body.window_s, body.interval_s, limiter=limiter[0]
-                )
+                observed = _observed_or_error(url, await slots.observe(url, body.window_s, body.interval_s))
             except ScrapeError as exc:
-                raise _scrape_failed(body.server_url, exc) from None
+                raise _scrape_failed(url, exc) from None
         return answer(state, state.models, body, observed)
 
     return router
