@@ -1,6 +1,6 @@
 """The HTTP service through a real uvicorn server on loopback (no ASGI shortcuts).
 
-The model is trained once per session on SYNTHETIC rows (graphmode.selector.synthetic): these tests check
+The model is trained once per session on SYNTHETIC rows (tests.support.synthetic): these tests check
 the service's behaviour, not what vLLM does. The ``server_url`` input is served by a tiny HTTP server that
 replays the real vLLM 0.32 ``/metrics`` text of ``tests/fixtures/vllm-0.32-cpu`` with counters advancing
 between scrapes. Retrain jobs run a fake ``graphmode.selector.retrain`` (monkeypatched), so no vLLM runs.
@@ -35,9 +35,9 @@ from graphmode.core.settings import DEFAULT_GRID, Settings
 from graphmode.profiling.grid import load_grid
 from graphmode.profiling.runner import ProfileConfig, ProfileSummary
 from graphmode.selector.card import ModelCard
-from graphmode.selector.synthetic import write_synthetic_dataset
 from graphmode.selector.train import train
 from graphmode.service.app import create_app
+from tests.support.synthetic import write_synthetic_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests/fixtures/vllm-0.32-cpu/metrics-after-load.txt"

@@ -1,4 +1,4 @@
-"""A whole profile run against ``bench/fake_vllm.py``, a stand-in for vLLM's OpenAI-compatible server.
+"""A whole profile run against ``tests/support/fake_vllm.py``, a stand-in for vLLM's OpenAI-compatible server.
 
 The Profiler starts the fake exactly as it would start vLLM (``ProfileConfig.command``), once per mode,
 drives streaming /v1/completions load at it while scraping its /metrics, and appends one row per cell.
@@ -25,7 +25,7 @@ from graphmode.profiling.runner import ProfileConfig, Profiler, ProfileSummary
 pytestmark = pytest.mark.timeout(90)
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE_VLLM = ROOT / "bench" / "fake_vllm.py"
+FAKE_VLLM = ROOT / "tests" / "support" / "fake_vllm.py"
 TINY_LLAMA = ROOT / "tests" / "fixtures" / "tiny-llama"
 
 NONE, PIECEWISE, FULL = CudaGraphMode.NONE, CudaGraphMode.PIECEWISE, CudaGraphMode.FULL
