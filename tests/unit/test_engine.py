@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 import textwrap
 import time
@@ -22,6 +21,7 @@ import pytest
 from graphmode.core.errors import EngineDiedError, EngineError, EngineStartError
 from graphmode.core.modes import ALL_MODES, DEFAULT_MODE, CudaGraphMode, compilation_config, parse_mode
 from graphmode.profiling.engine import VllmServer, describe_exit, tail_lines
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -83,12 +83,6 @@ FAKE = textwrap.dedent(
     HTTPServer((args.host, args.port), H).serve_forever()
     """
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def gone(pid: int) -> bool:

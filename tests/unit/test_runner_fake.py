@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from graphmode.core.modes import CudaGraphMode
 from graphmode.core.records import CellRecord, StartupInfo
 from graphmode.profiling.grid import AdaptiveWindow, LengthDist, Workload
 from graphmode.profiling.runner import ProfileConfig, Profiler, ProfileSummary
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -34,12 +34,6 @@ PREFILL = Workload(name="tiny-prefill", rate=10, burstiness=1.0, input=LengthDis
                    output=LengthDist(mean=4), duration_s=2, warmup_s=0.5)
 DECODE = Workload(name="tiny-decode", rate=4, burstiness=0.5, input=LengthDist(mean=8),
                   output=LengthDist(mean=16, spread=0.25), duration_s=2, warmup_s=0.5)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Recorder:
