@@ -47,7 +47,7 @@ COLUMNS = ("mode", "workload", "repeat", "run_id", "started_at", "finished_at", 
            "tpot_p50", "ttft_p50", "graph_gib")
 CONDITIONS = ("gpu_sm_clock_mhz_mean", "gpu_power_w_mean", "gpu_util_pct_mean", "gpu_temp_c_max", "host_load_1m",
               "engine_numa_nodes", "gpu_numa_node", "gpu_uuid", "host_probe_ms", "host_steal_pct", "host_busy_pct",
-              "engine_cpu_cores", "engine_nvcsw_per_s", "host_cpu_model")
+              "engine_cpu_cores", "engine_nivcsw_per_s", "host_cpu_model")
 
 
 def repeat_list(text: str) -> set[int]:
@@ -212,7 +212,7 @@ def conditions(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
                     mean(cs, "gpu_power_w_mean"), mean(cs, "gpu_util_pct_mean"), mean(cs, "host_load_1m"),
                     " ".join(nodes) or "-", "-" if gpu_node is None else gpu_node, mean(cs, "host_probe_ms", 2),
                     mean(cs, "host_steal_pct", 2), mean(cs, "host_busy_pct"), mean(cs, "engine_cpu_cores", 2),
-                    mean(cs, "engine_nvcsw_per_s")])
+                    mean(cs, "engine_nivcsw_per_s")])
     return out
 
 
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     table("Conditions per engine start (median ITL p50 ms; means of SM MHz, W, GPU util %, load, Python probe "
           "ms, steal %, host busy %, vLLM CPU cores, vLLM involuntary switches/s)",
           ["shape", "run", "repeat", "mode", "GPU", "cells", "ITL p50", "SM MHz", "power W", "util %", "load 1m",
-           "engine NUMA nodes", "GPU node", "probe ms", "steal %", "busy %", "vLLM cores", "nvcsw/s"],
+           "engine NUMA nodes", "GPU node", "probe ms", "steal %", "busy %", "vLLM cores", "nivcsw/s"],
           (r for s, rows in data for r in conditions(s, rows)))
     if models:
         print("\nHost CPUs: " + "; ".join(models))

@@ -44,12 +44,12 @@ def test_usage_between_two_snapshots(tmp_path: Path) -> None:
                                                      300: (1, 5000, 999, [5000])})
     before = hl.counters(100, proc=a, clock=10.0)
     after = hl.counters(100, proc=b, clock=12.0)
-    assert before.engine_ticks == 300 and before.engine_nvcsw == 15  # pid 300 is not in the tree
+    assert before.engine_ticks == 300 and before.engine_nivcsw == 15  # pid 300 is not in the tree
     got = hl.usage(before, after, hz=100)
     # host: 1000 ticks passed, 300 idle, 100 stolen
     assert got["host_busy_pct"] == 70.0 and got["host_steal_pct"] == 10.0
     # engine: 210 ticks at 100 Hz over 2 s; 21 involuntary switches over 2 s
-    assert got["engine_cpu_cores"] == 1.05 and got["engine_nvcsw_per_s"] == 10.5
+    assert got["engine_cpu_cores"] == 1.05 and got["engine_nivcsw_per_s"] == 10.5
 
 
 def test_unreadable_or_inconsistent_counters_give_none(tmp_path: Path) -> None:

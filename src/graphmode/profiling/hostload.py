@@ -8,7 +8,7 @@ hosts have one node). What is left is the CPU: a slower core, a noisy neighbour 
 
 * ``host_steal_pct``, ``host_busy_pct``: the whole host over the cell, from the first line of /proc/stat;
 * ``engine_cpu_cores``: CPU seconds the vLLM process tree used per second of the cell (utime + stime);
-* ``engine_nvcsw_per_s``: involuntary context switches of its threads per second (preempted by others);
+* ``engine_nivcsw_per_s``: involuntary context switches of its threads per second (preempted by others);
 * ``host_probe_ms``: a fixed pure-Python loop timed just before the cell (best of three), the kind of
   work the scheduler does, so a start on a slower or busier host shows as a larger number.
 
@@ -33,7 +33,7 @@ class Counters:
     at: float
     host_ticks: tuple[int, ...] | None  # user nice system idle iowait irq softirq steal
     engine_ticks: int | None
-    engine_nvcsw: int | None
+    engine_nivcsw: int | None
 
 
 def _host_ticks(proc: Path) -> tuple[int, ...] | None:
@@ -59,7 +59,7 @@ def _process_ticks(pid: int, proc: Path) -> int | None:
         return None
 
 
-def _process_nvcsw(pid: int, proc: Path) -> int | None:
+def _process_nivcsw(pid: int, proc: Path) -> int | None:
     # /proc/PID/status counts the leader thread only; the engine's work is spread over its threads.
     try:
         tasks = list((proc / str(pid) / "task").iterdir())
@@ -78,14 +78,14 @@ def _process_nvcsw(pid: int, proc: Path) -> int | None:
 def counters(pid: int | None, *, proc: Path = PROC, clock: float | None = None) -> Counters:
     """A snapshot of the host's CPU ticks and of the process tree of ``pid`` (vLLM's API server)."""
     at = time.monotonic() if clock is None else clock
-    engine_ticks = engine_nvcsw = None
+    engine_ticks = engine_nivcsw = None
     if pid is not None:
         pids = list(process_tree(pid, proc))
         ticks = [t for p in pids if (t := _process_ticks(p, proc)) is not None]
-        switches = [s for p in pids if (s := _process_nvcsw(p, proc)) is not None]
+        switches = [s for p in pids if (s := _process_nivcsw(p, proc)) is not None]
         engine_ticks = sum(ticks) if ticks else None
-        engine_nvcsw = sum(switches) if switches else None
-    return Counters(at, _host_ticks(proc), engine_ticks, engine_nvcsw)
+        engine_nivcsw = sum(switches) if switches else None
+    return Counters(at, _host_ticks(proc), engine_ticks, engine_nivcsw)
 
 
 def usage(before: Counters, after: Counters, *, hz: int | None = None) -> dict[str, float | None]:
@@ -95,7 +95,7 @@ def usage(before: Counters, after: Counters, *, hz: int | None = None) -> dict[s
     reported as None rather than as a number that looks plausible.
     """
     out: dict[str, float | None] = {
-        "host_busy_pct": None, "host_steal_pct": None, "engine_cpu_cores": None, "engine_nvcsw_per_s": None,
+        "host_busy_pct": None, "host_steal_pct": None, "engine_cpu_cores": None, "engine_nivcsw_per_s": None,
     }
     wall = after.at - before.at
     if before.host_ticks and after.host_ticks:
@@ -112,10 +112,10 @@ def usage(before: Counters, after: Counters, *, hz: int | None = None) -> dict[s
         tick_hz = hz or _clock_ticks()
         if dt >= 0 and tick_hz:
             out["engine_cpu_cores"] = round(dt / tick_hz / wall, 2)
-    if before.engine_nvcsw is not None and after.engine_nvcsw is not None:
-        ds = after.engine_nvcsw - before.engine_nvcsw
+    if before.engine_nivcsw is not None and after.engine_nivcsw is not None:
+        ds = after.engine_nivcsw - before.engine_nivcsw
         if ds >= 0:
-            out["engine_nvcsw_per_s"] = round(ds / wall, 1)
+            out["engine_nivcsw_per_s"] = round(ds / wall, 1)
     return out
 
 
