@@ -250,7 +250,8 @@ def merge_sqlite(sources: Sequence[Path], dst: Path, *, profile_key: str | None 
             for i, src in enumerate(sources):
                 d.execute(f"ATTACH DATABASE ? AS s{i}", (f"file:{src}?mode=ro",))
                 theirs = {r[1] for r in d.execute(f"PRAGMA s{i}.table_info(cells)")}
-                cols = {c: c if c in theirs else _OLD_NAME[c] for c in have if c in theirs or _OLD_NAME.get(c) in theirs}
+                cols = {c: c if c in theirs else _OLD_NAME[c]
+                        for c in have if c in theirs or _OLD_NAME.get(c) in theirs}
                 names = ", ".join(f'"{c}"' for c in cols)
                 picks = ", ".join(f'"{c}"' for c in cols.values())
                 where = " WHERE profile_key = ?" if profile_key else ""
