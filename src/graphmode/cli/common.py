@@ -40,7 +40,8 @@ EXTRA_OF_COMMAND = {"profile": "profile", "train": "selector", "retrain": "all",
 EXTRA_OF_MODULE = {
     "aiohttp": "profile", "pynvml": "profile", "psutil": "profile", "prometheus_client": "profile",
     "sklearn": "selector", "skops": "selector", "scipy": "selector", "pandas": "selector",
-    "fastapi": "service", "uvicorn": "service", "starlette": "service", "plotly": "report", "jinja2": "report",
+    "fastapi": "service", "uvicorn": "service", "starlette": "service",
+    "plotly": "report", "jinja2": "report", "markupsafe": "report",
 }
 
 
