@@ -37,8 +37,8 @@ Respond = Callable[[Request], tuple[int, Any]]
 
 
 @contextmanager
-def serve_http(respond: Respond) -> Iterator[str]:
-    """Serve every request with ``respond`` on 127.0.0.1; yields the base URL, e.g. ``http://127.0.0.1:PORT``."""
+def serve_http(respond: Respond, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve every request with ``respond`` (on a free port by default); yields the base URL."""
 
     class Handler(BaseHTTPRequestHandler):
         def _handle(self) -> None:
@@ -62,11 +62,11 @@ def serve_http(respond: Respond) -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass  # keep pytest's output clean
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer((host, port), Handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"http://{host}:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

@@ -1,7 +1,7 @@
 """The vLLM launcher against a fake server process, its log helpers, and the mode enum.
 
 The fake (written to tmp_path) parses ``--host``/``--port``, prints vLLM-like start-up lines, serves
-``/health``, ``/version`` and ``/v1/models`` with http.server, and can spawn a child that ignores SIGTERM,
+``/health``, ``/version`` and ``/v1/models`` with tests.support.net, and can spawn a child that ignores SIGTERM,
 so ``stop()`` must take the whole process group down. ``FAKE_BEHAVIOUR`` picks how it misbehaves.
 """
 
@@ -27,8 +27,7 @@ pytestmark = pytest.mark.timeout(60)
 
 FAKE = textwrap.dedent(
     """
-    import argparse, json, os, signal, subprocess, sys, time
-    from http.server import BaseHTTPRequestHandler, HTTPServer
+    import argparse, json, os, signal, subprocess, sys, threading
 
     p = argparse.ArgumentParser()
     p.add_argument("--host")
@@ -58,31 +57,15 @@ FAKE = textwrap.dedent(
           "Graph capturing finished in 3 secs, took 0.45 GiB")
     sys.stdout.flush()
 
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
+    paths = {"/health": (503 if behaviour == "never_healthy" else 200, {}),
+             "/version": (200, {"version": "9.9.9-fake"}), "/v1/models": (200, {"data": [{"id": "served-by-fake"}]})}
+    sys.path.insert(0, @REPO@)
+    from tests.support.net import serve_http
 
-        def _send(self, code, obj):
-            body = json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self):
-            if self.path == "/health":
-                self._send(503 if behaviour == "never_healthy" else 200, {})
-            elif self.path == "/version":
-                self._send(200, {"version": "9.9.9-fake"})
-            elif self.path == "/v1/models":
-                self._send(200, {"data": [{"id": "served-by-fake"}]})
-            else:
-                self._send(404, {})
-
-    HTTPServer((args.host, args.port), H).serve_forever()
+    with serve_http(lambda req: paths.get(req.path, (404, {})), host=args.host, port=args.port):
+        threading.Event().wait()
     """
-)
+).replace("@REPO@", repr(str(Path(__file__).resolve().parents[2])))
 
 
 def gone(pid: int) -> bool:
