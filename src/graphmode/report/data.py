@@ -34,6 +34,7 @@ from graphmode.selector.aggregate import (
     cell_stats,
     finite_number,
     metric_value,
+    workload_spec,
 )
 from graphmode.selector.featurize import shape_key, shape_of_row
 from graphmode.selector.objective import METRICS, make_objective, regret
@@ -376,14 +377,6 @@ def _row_id(r: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 
-def _spec(r: Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        spec = json.loads(r.get("workload_spec") or "{}")
-    except (TypeError, json.JSONDecodeError):
-        return {}
-    return spec if isinstance(spec, dict) else {}
-
-
 def _mean_of(spec: Mapping[str, Any], key: str) -> float | None:
     part = spec.get(key)
     return finite_number(part.get("mean")) if isinstance(part, Mapping) else finite_number(part)
@@ -532,7 +525,7 @@ def _shape_view(
         urows = [rows[i] for i in at]
         wname = str(urows[0].get("workload"))
         whash = str(urows[0].get("workload_hash") or "")
-        spec = _spec(urows[0])
+        spec = workload_spec(urows[0])
         features = {o[4:]: finite_number(float(feats.loc[key, (o, "mean")])) for o in obs}
         cells: dict[str, Cell] = {}
         for mode, g in frame.iloc[at].groupby("mode", sort=False):

@@ -165,6 +165,14 @@ def metric_value(row: Mapping[str, Any], metric: str) -> float | None:
 Value = Callable[[Mapping[str, Any], str], float | None]
 
 
+def workload_spec(row: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        spec = json.loads(row.get("workload_spec") or "{}")
+    except (TypeError, json.JSONDecodeError):
+        return {}
+    return spec if isinstance(spec, dict) else {}
+
+
 def unit_key(row: Mapping[str, Any]) -> str:
     """One workload (name and spec hash) under one model shape."""
     return f"{row.get('workload')}@{row.get('workload_hash') or ''}#{shape_key(shape_of_row(row))}"
@@ -278,10 +286,6 @@ def build_training_set(
     for key in sorted(by_unit):
         r = usable[by_unit[key][0]]
         wname = str(r.get("workload"))
-        try:
-            spec = json.loads(r.get("workload_spec") or "{}")
-        except (TypeError, json.JSONDecodeError):
-            spec = {}
         features = {n: _f(float(feats.loc[key, (f"obs_{n}", "mean")])) for n in OBS_NAMES}
         if all(v is None for v in features.values()):
             notes.append(f"workload {wname} has no observed features in any row; left out")
@@ -289,7 +293,7 @@ def build_training_set(
         shape = shape_of_row(r)
         units.append(Unit(key=key, workload=wname, workload_hash=str(r.get("workload_hash") or ""), group=wname,
                           shape=shape, shape_key=shape_key(shape), features=features,
-                          spec=spec if isinstance(spec, dict) else {}, n_rows=len(by_unit[key])))
+                          spec=workload_spec(r), n_rows=len(by_unit[key])))
     if not units:
         raise DatasetError("no row has observed features: was /metrics scraped during the profile?")
 
