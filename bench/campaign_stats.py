@@ -25,7 +25,6 @@ a round is still partial (later starts have run slower: a mode with one more sta
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import statistics
 import sys
 from collections import defaultdict
@@ -33,6 +32,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from graphmode.core.dataset import ProfileStore
+from graphmode.core.errors import DatasetError
+from graphmode.selector.aggregate import cell_frame, cell_stats, finite_number
 from graphmode.selector.paired import (
     PAIRED_MARGIN,
     PAIRED_METRICS,
@@ -43,11 +47,7 @@ from graphmode.selector.paired import (
 )
 
 MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
-COLUMNS = ("mode", "workload", "repeat", "run_id", "started_at", "finished_at", "startup_s", "itl_p50",
-           "tpot_p50", "ttft_p50", "graph_gib")
-CONDITIONS = ("gpu_sm_clock_mhz_mean", "gpu_power_w_mean", "gpu_util_pct_mean", "gpu_temp_c_max", "host_load_1m",
-              "engine_numa_nodes", "gpu_numa_node", "gpu_uuid", "host_probe_ms", "host_steal_pct", "host_busy_pct",
-              "engine_cpu_cores", "engine_nvcsw_per_s", "host_cpu_model")
+METRICS = ("itl_p50", "tpot_p50", "ttft_p50", "graph_gib", "startup_s")
 
 
 def repeat_list(text: str) -> set[int]:
@@ -64,14 +64,10 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise SystemExit(f"error: {path}: no such dataset")
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        con.row_factory = sqlite3.Row
-        have = {r[1] for r in con.execute("PRAGMA table_info(cells)")}
-        cols = [*COLUMNS, *(c for c in CONDITIONS if c in have)]  # older datasets lack them
-        rows = con.execute(f"SELECT {', '.join(cols)} FROM cells WHERE status = 'ok'").fetchall()
-    except sqlite3.DatabaseError as exc:
+        with ProfileStore(path, readonly=True) as store:  # older datasets' renamed columns read as today's
+            return store.rows(status="ok")
+    except DatasetError as exc:
         raise SystemExit(f"error: {path}: not a graphmode profile dataset ({exc})") from exc
-    return [dict(r) for r in rows]
 
 
 def shape_name(path: Path) -> str:
@@ -111,52 +107,50 @@ def slices(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
     return out
 
 
-def by_cell(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
-    out: dict[tuple[str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
-    for r in rows:
-        out[(r["mode"], r["workload"])][r["repeat"]] = r
-    return out
+def cells(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """One line per (mode, workload, repeat), the last row measured (graphmode.selector.aggregate.cell_frame)."""
+    frame = cell_frame(rows, METRICS, lambda r, m: finite_number(r.get(m)) or None)  # 0 is no measurement
+    return frame.drop_duplicates(["mode", "workload", "repeat"], keep="last")
 
 
 def noise(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
-    cells = by_cell(rows)
+    frame = cells(rows).sort_values("repeat", kind="stable")
+    starts = frame.groupby(["mode", "workload"]).size()
     out: list[list[object]] = []
     for mode in MODES:
-        reps = [v for (m, _), v in cells.items() if m == mode and len(v) >= 2]
-        if not reps:
+        reps = starts[starts.index.get_level_values(0) == mode]
+        reps = reps[reps >= 2]
+        if reps.empty:
             continue
-        line: list[object] = [shape, mode, len(reps), max(len(v) for v in reps)]
+        line: list[object] = [shape, mode, len(reps), int(reps.max())]
+        mine = frame[(frame["mode"] == mode) & frame["workload"].isin(reps.index.get_level_values(1))]
         for metric in ("itl_p50", "ttft_p50"):
-            ratios, cvs = [], []
-            for v in reps:
-                vals = [v[k][metric] for k in sorted(v) if v[k][metric]]
-                if len(vals) < 2:
-                    continue
-                ratios += [x / vals[0] for x in vals[1:]]
-                cvs.append(statistics.stdev(vals) / statistics.fmean(vals))
-            line += [f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})",
+            got = mine.dropna(subset=[metric])
+            by = got.groupby("workload")[metric]
+            ratios = (got[metric] / by.transform("first"))[by.cumcount() > 0]
+            st = cell_stats(got, [metric], by=("workload",))[metric]
+            cvs = (st["std"] / st["mean"])[st["count"] >= 2].tolist()
+            line += [f"{ratios.median():.2f} ({ratios.min():.2f}–{ratios.max():.2f})",
                      f"{statistics.median(cvs):.1%} (p90 {pct(cvs, 0.9):.1%})"]
         out.append(line)
     return out
 
 
 def medians(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
-    cells = by_cell(rows)
+    frame = cells(rows)
+    per_cell = cell_stats(frame, METRICS, by=("mode", "workload"))
     out: list[list[object]] = []
     for mode in MODES:
-        per = [v for (m, _), v in cells.items() if m == mode]
-        if not per:
+        if mode not in per_cell.index.get_level_values(0):
             continue
-
-        def med(metric: str, per: list[dict[int, dict[str, Any]]] = per) -> float:
-            vals = ([r[metric] for r in v.values() if r[metric] is not None] for v in per)
-            means = [statistics.fmean(x) for x in vals if x]
-            return statistics.median(means) if means else float("nan")
-
-        mode_starts = {(r["run_id"], r["repeat"]): r["startup_s"] for v in per for r in v.values()}
-        out.append([shape, mode, len(per), f"{med('itl_p50') * 1e3:.2f}", f"{med('tpot_p50') * 1e3:.2f}",
-                    f"{med('ttft_p50') * 1e3:.1f}", f"{med('graph_gib'):.2f}" if mode != "NONE" else "0",
-                    " / ".join(f"{s:.0f}" for s in mode_starts.values() if s is not None)])
+        means = per_cell.loc[mode].xs("mean", axis=1, level=1)
+        med = means.median()  # over workloads, of the mean over repeats
+        mine = frame[frame["mode"] == mode]  # engine starts in the order their workloads were first measured
+        mine = mine.iloc[mine.groupby("workload", sort=False).ngroup().to_numpy().argsort(kind="stable")]
+        mode_starts = mine.drop_duplicates(["run_id", "repeat"])["startup_s"].dropna()
+        out.append([shape, mode, len(means), f"{med['itl_p50'] * 1e3:.2f}", f"{med['tpot_p50'] * 1e3:.2f}",
+                    f"{med['ttft_p50'] * 1e3:.1f}", f"{med['graph_gib']:.2f}" if mode != "NONE" else "0",
+                    " / ".join(f"{s:.0f}" for s in mode_starts)])
     return out
 
 
@@ -212,7 +206,7 @@ def conditions(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
                     mean(cs, "gpu_power_w_mean"), mean(cs, "gpu_util_pct_mean"), mean(cs, "host_load_1m"),
                     " ".join(nodes) or "-", "-" if gpu_node is None else gpu_node, mean(cs, "host_probe_ms", 2),
                     mean(cs, "host_steal_pct", 2), mean(cs, "host_busy_pct"), mean(cs, "engine_cpu_cores", 2),
-                    mean(cs, "engine_nvcsw_per_s")])
+                    mean(cs, "engine_nivcsw_per_s")])
     return out
 
 
@@ -243,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     table("Conditions per engine start (median ITL p50 ms; means of SM MHz, W, GPU util %, load, Python probe "
           "ms, steal %, host busy %, vLLM CPU cores, vLLM involuntary switches/s)",
           ["shape", "run", "repeat", "mode", "GPU", "cells", "ITL p50", "SM MHz", "power W", "util %", "load 1m",
-           "engine NUMA nodes", "GPU node", "probe ms", "steal %", "busy %", "vLLM cores", "nvcsw/s"],
+           "engine NUMA nodes", "GPU node", "probe ms", "steal %", "busy %", "vLLM cores", "nivcsw/s"],
           (r for s, rows in data for r in conditions(s, rows)))
     if models:
         print("\nHost CPUs: " + "; ".join(models))

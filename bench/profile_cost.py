@@ -5,7 +5,7 @@ graphmode starts vLLM once per mode and runs every pending cell of that mode aga
 (model load + torch.compile + graph capture, minutes on a real GPU) is paid once per mode, not once per
 cell. This runs a profile and prints where the time went, to show exactly that.
 
-Without ``--vllm-cmd`` it profiles ``bench/fake_vllm.py`` (stdlib only, runs anywhere, seconds);
+Without ``--vllm-cmd`` it profiles ``tests/support/fake_vllm.py`` (stdlib only, runs anywhere, seconds);
 with it, a real vLLM::
 
     .venv/bin/python bench/profile_cost.py
@@ -48,7 +48,7 @@ from graphmode.core.records import CellRecord, StartupInfo  # noqa: E402
 from graphmode.profiling.grid import Workload, load_grid  # noqa: E402
 from graphmode.profiling.runner import ProfileConfig, Profiler, ProfileSummary  # noqa: E402
 
-FAKE_VLLM = BENCH / "fake_vllm.py"
+FAKE_VLLM = BENCH.parent / "tests" / "support" / "fake_vllm.py"
 # Small enough for the fake to finish in well under a minute over all five modes.
 SMOKE_GRID = """\
 name: cost-smoke
@@ -253,7 +253,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         argv, vllm_args = argv[:i], argv[i + 1:]
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 epilog="Everything after -- goes to vLLM unchanged.")
-    p.add_argument("--vllm-cmd", help="command prefix that starts vLLM (default: the fake in bench/fake_vllm.py)")
+    p.add_argument("--vllm-cmd", help="command prefix that starts vLLM (default: tests/support/fake_vllm.py)")
     p.add_argument("--grid", type=Path, help="workload grid, YAML or TOML (default: a 2-workload smoke grid)")
     p.add_argument("--workloads", help="comma-separated workload names from the grid")
     p.add_argument("--modes", help="comma-separated cudagraph modes (default: all five)")

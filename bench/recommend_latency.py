@@ -401,8 +401,9 @@ def in_process(models_dir: Path, model_id: str | None, calls: int) -> dict[str, 
 
 # ---------------------------------------------------------------------------------------------- main
 def _synthetic_models(tmp: Path) -> Path:
-    from graphmode.selector.synthetic import write_synthetic_dataset
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support lives beside bench/
     from graphmode.selector.train import train
+    from tests.support.synthetic import write_synthetic_dataset
 
     ds = write_synthetic_dataset(tmp / "synthetic.sqlite", repeats=2)
     train(ds, models_dir=tmp / "models")

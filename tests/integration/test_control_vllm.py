@@ -7,21 +7,20 @@ graphs: that the flag reached vLLM is checked on its "non-default args" log line
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.support.net import Request, free_port, serve_http
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "fixtures" / "tiny-llama"
@@ -33,12 +32,6 @@ pytestmark = [
 SERVE_ARGS = ["--model", str(TINY), "--load-format", "dummy", "--skip-tokenizer-init", "--max-model-len", "1024",
               "--gpu-memory-utilization", "0.2"]
 START_TIMEOUT = 400.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def vllm_cmd() -> list[str]:
@@ -71,31 +64,19 @@ def requested_mode(log: str) -> str | None:
     return m[-1] if m else None
 
 
-class _FakeService(BaseHTTPRequestHandler):
-    answer = "PIECEWISE"
-    bodies: list[dict[str, object]] = []  # noqa: RUF012 (test double)
-
-    def do_POST(self) -> None:
-        n = int(self.headers.get("content-length") or 0)
-        type(self).bodies.append(json.loads(self.rfile.read(n)))
-        out = json.dumps({"mode": self.answer, "compilation_config": {"cudagraph_mode": self.answer}}).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args: object) -> None:
-        pass
+SERVICE_BODIES: list[dict[str, object]] = []
 
 
 @pytest.fixture
 def fake_service() -> Iterator[str]:
-    srv = HTTPServer(("127.0.0.1", 0), _FakeService)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
+    """A selector service that always answers PIECEWISE and keeps what it was asked."""
+
+    def respond(req: Request) -> tuple[int, object]:
+        SERVICE_BODIES.append(req.json())
+        return 200, {"mode": "PIECEWISE", "compilation_config": {"cudagraph_mode": "PIECEWISE"}}
+
+    with serve_http(respond) as url:
+        yield url
 
 
 def test_launch_execs_vllm_with_the_chosen_mode(tmp_path: Path, fake_service: str) -> None:
@@ -116,7 +97,7 @@ def test_launch_execs_vllm_with_the_chosen_mode(tmp_path: Path, fake_service: st
         assert "source remote, basis workload" in text
         assert requested_mode(text) == "PIECEWISE"  # the flag reached vLLM
         assert "'cudagraph_num_of_warmups': 1" in text  # the user's other key was kept
-        assert _FakeService.bodies[-1]["workload"] == {"rate": 4.0, "burstiness": 1.0, "input_tokens": 64.0,
+        assert SERVICE_BODIES[-1]["workload"] == {"rate": 4.0, "burstiness": 1.0, "input_tokens": 64.0,
                                                        "output_tokens": 16.0}
     finally:
         if proc.poll() is None:

@@ -1,6 +1,6 @@
 """The HTTP service through a real uvicorn server on loopback (no ASGI shortcuts).
 
-The model is trained once per session on SYNTHETIC rows (graphmode.selector.synthetic): these tests check
+The model is trained once per session on SYNTHETIC rows (tests.support.synthetic): these tests check
 the service's behaviour, not what vLLM does. The ``server_url`` input is served by a tiny HTTP server that
 replays the real vLLM 0.32 ``/metrics`` text of ``tests/fixtures/vllm-0.32-cpu`` with counters advancing
 between scrapes. Retrain jobs run a fake ``graphmode.selector.retrain`` (monkeypatched), so no vLLM runs.
@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,9 +35,10 @@ from graphmode.core.settings import DEFAULT_GRID, Settings
 from graphmode.profiling.grid import load_grid
 from graphmode.profiling.runner import ProfileConfig, ProfileSummary
 from graphmode.selector.card import ModelCard
-from graphmode.selector.synthetic import write_synthetic_dataset
 from graphmode.selector.train import train
 from graphmode.service.app import create_app
+from tests.support.net import Request, free_port, serve_http
+from tests.support.synthetic import write_synthetic_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests/fixtures/vllm-0.32-cpu/metrics-after-load.txt"
@@ -121,27 +122,12 @@ class FakeVllmMetrics:
     def __init__(self) -> None:
         self.text = FIXTURE.read_text()
         self.scrapes = 0
-        fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path != "/metrics":
-                    self.send_error(404)
-                    return
-                body = fake.render(fake.scrapes).encode()
-                fake.scrapes += 1
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+    def respond(self, req: Request) -> tuple[int, str]:
+        if req.path != "/metrics":
+            return 404, ""
+        self.scrapes += 1
+        return 200, self.render(self.scrapes - 1)
 
     def render(self, n: int) -> str:
         out = []
@@ -159,13 +145,10 @@ class FakeVllmMetrics:
             out.append(line)
         return "\n".join(out) + "\n"
 
-    def __enter__(self) -> FakeVllmMetrics:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    @contextmanager
+    def serving(self) -> Iterator[str]:
+        with serve_http(self.respond) as url:
+            yield url
 
 
 # ---------------------------------------------------------------------------------------------- fixtures
@@ -297,8 +280,9 @@ def test_recommend_features_with_objective(client: httpx.Client) -> None:
 
 
 def test_recommend_server_url(client: httpx.Client) -> None:
-    with FakeVllmMetrics() as vllm:
-        r = client.post("/v1/recommend", json={"server_url": vllm.url, "window_s": 1.0, "interval_s": 0.25})
+    vllm = FakeVllmMetrics()
+    with vllm.serving() as url:
+        r = client.post("/v1/recommend", json={"server_url": url, "window_s": 1.0, "interval_s": 0.25})
         assert r.status_code == 200, r.text
         assert vllm.scrapes >= 2
     ans = r.json()
@@ -311,10 +295,7 @@ def test_recommend_server_url(client: httpx.Client) -> None:
 
 
 def test_recommend_server_url_unreachable(client: httpx.Client) -> None:
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    r = client.post("/v1/recommend", json={"server_url": f"127.0.0.1:{port}", "window_s": 1, "interval_s": 0.5})
+    r = client.post("/v1/recommend", json={"server_url": f"127.0.0.1:{free_port()}", "window_s": 1, "interval_s": 0.5})
     assert r.status_code == 502 and "could not scrape" in r.json()["detail"]
 
 
@@ -741,9 +722,7 @@ def test_missing_explicit_model_fails_startup(models_dir: Path) -> None:
 
 def test_graphmode_serve_cli(models_dir: Path, tmp_path: Path) -> None:
     """`graphmode serve` as a separate process: binds loopback, serves, stops on SIGTERM."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "GRAPHMODE_SERVICE__TOKEN": TOKEN}
     cmd = [
         sys.executable,

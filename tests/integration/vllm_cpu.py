@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -25,12 +24,6 @@ def vllm_args(max_model_len: int = 1024) -> list[str]:
     # cache (seen: "requested memory for kv (-0.05/0.77 GiB)"), 0.2 leaves ~2 GiB of KV cache.
     return ["--model", str(TINY_LLAMA), "--load-format", "dummy", "--skip-tokenizer-init",
             "--max-model-len", str(max_model_len), "--gpu-memory-utilization", "0.2"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def graphmode_cli() -> list[str]:

@@ -83,7 +83,7 @@ def test_conditions_per_engine_start() -> None:
         {**base, "mode": "NONE", "itl_p50": 0.01},  # an older row: no conditions, no line
     ]
     rows[0] |= {"gpu_uuid": "GPU-8c509d5a-1234", "host_probe_ms": 7.0, "host_steal_pct": 0.5, "host_busy_pct": 10.0,
-                "engine_cpu_cores": 1.5, "engine_nvcsw_per_s": 20.0}
+                "engine_cpu_cores": 1.5, "engine_nivcsw_per_s": 20.0}
     rows[1] |= {"host_probe_ms": 9.0, "host_steal_pct": 1.5, "host_busy_pct": 20.0, "engine_cpu_cores": 2.5}
     assert stats.conditions("s", rows) == [
         ["s", "r", 0, "FULL", "8c509d5a", 2, "3.00", "1970", "310", "60", "5", "0,1 1", 0, "8.00", "1.00", "15",

@@ -13,7 +13,6 @@ import copy
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from graphmode.control.state import load_state
 from graphmode.core.modes import CudaGraphMode
 from graphmode.core.records import ObservedFeatures
 from graphmode.vllm_args import compilation_config_of
+from tests.support.net import Request, serve_http
 
 TOKEN = "sa-token-1"
 NS, NAME = "graphmode", "vllm"
@@ -114,68 +114,32 @@ class FakeKube:
         return 200, self.dep
 
     # ------------------------------------------------------------ HTTP
-    def handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a: Any) -> None:
-                pass
-
-            def _send(self, code: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _check(self) -> bool:
-                auth = self.headers.get("Authorization")
-                fake.requests.append((self.command, self.path, auth))
-                if auth != f"Bearer {fake.token}":
-                    self._send(401, {"kind": "Status", "message": "Unauthorized"})
-                    return False
-                if self.command in fake.forbid:
-                    verb = self.command.lower()
-                    self._send(403, {"kind": "Status", "reason": "Forbidden", "message":
-                                     f'deployments.apps "{NAME}" is forbidden: User "system:serviceaccount:'
-                                     f'graphmode:graphmode-controller" cannot {verb} resource "deployments"'})
-                    return False
-                if self.path != PATH:
-                    self._send(404, {"kind": "Status", "message": "not found"})
-                    return False
-                return True
-
-            def do_GET(self) -> None:
-                with fake.lock:
-                    if self._check():
-                        fake.advance()
-                        self._send(200, fake.dep)
-
-            def do_PATCH(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with fake.lock:
-                    if not self._check():
-                        return
-                    fake.content_types.append(self.headers.get("Content-Type"))
-                    fake.patches.append(body)
-                    code, out = fake.patch(body)
-                    self._send(code, out)
-
-        return H
+    def respond(self, req: Request) -> tuple[int, dict[str, Any]]:
+        with self.lock:
+            auth = req.headers.get("Authorization")
+            self.requests.append((req.method, req.path, auth))
+            if auth != f"Bearer {self.token}":
+                return 401, {"kind": "Status", "message": "Unauthorized"}
+            if req.method in self.forbid:
+                verb = req.method.lower()
+                return 403, {"kind": "Status", "reason": "Forbidden", "message":
+                             f'deployments.apps "{NAME}" is forbidden: User "system:serviceaccount:'
+                             f'graphmode:graphmode-controller" cannot {verb} resource "deployments"'}
+            if req.path != PATH:
+                return 404, {"kind": "Status", "message": "not found"}
+            if req.method == "GET":
+                self.advance()
+                return 200, self.dep
+            self.content_types.append(req.headers.get("Content-Type"))
+            self.patches.append(req.json())
+            return self.patch(req.json())
 
 
 @pytest.fixture
 def kube() -> Iterator[tuple[FakeKube, str]]:
     fake = FakeKube(ARGS)
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), fake.handler())
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    t.start()
-    try:
-        yield fake, f"http://127.0.0.1:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serve_http(fake.respond) as url:
+        yield fake, url
 
 
 def executor(url: str, *, timeout_s: float = 10.0) -> K8sExecutor:

@@ -30,9 +30,9 @@ from graphmode.profiling.grid import load_grid
 from graphmode.selector.describe import WorkloadDescription
 from graphmode.selector.objective import make_objective
 from graphmode.selector.recommend import Recommender
-from graphmode.selector.synthetic import write_synthetic_dataset
 from graphmode.selector.train import train
 from graphmode.vllm_args import compilation_config_of
+from tests.support.synthetic import write_synthetic_dataset
 
 NAMES = ["chat-r2-b1", "chat-r32-b0.25", "decode-heavy-r8-b1", "prefill-heavy-r2-b1", "balanced-r8-b1",
          "decode-heavy-r32-b1"]

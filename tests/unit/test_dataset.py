@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from graphmode.core.dataset import COLUMNS, ProfileStore, flatten
+from graphmode.core.dataset import COLUMNS, ProfileStore, flatten, merge_sqlite
 from graphmode.core.errors import DatasetError
 from graphmode.core.records import CellRecord, Fingerprint, LatencyStats, ObservedFeatures, StartupInfo
 
@@ -199,6 +199,39 @@ def test_schema_migration_adds_missing_columns(tmp_path: Path) -> None:
         assert new["obs_kv_usage_mean"] == 0.25 and json.loads(new["capture_labels"])[0].startswith("mixed")
     with ProfileStore(path, readonly=True) as ro:  # reopening an already migrated file is a no-op
         assert ro.count() == 2
+
+
+def test_a_renamed_column_reads_under_its_new_name(tmp_path: Path) -> None:
+    """engine_nvcsw_per_s held involuntary switches: it is engine_nivcsw_per_s now, in old datasets too."""
+    old_path, new_path = tmp_path / "old.sqlite", tmp_path / "new.sqlite"
+    with ProfileStore(old_path) as store:
+        store.append(record(), "h")
+        store._db.execute('ALTER TABLE cells RENAME COLUMN "engine_nivcsw_per_s" TO "engine_nvcsw_per_s"')
+        store._db.execute("UPDATE cells SET engine_nvcsw_per_s = 12.5")
+    with ProfileStore(new_path) as store:
+        store.append(record(workload="w2"), "h")
+    merged = tmp_path / "merged.sqlite"
+    merge_sqlite([old_path, new_path], merged)  # the old column lands under the new name
+    assert [r["engine_nivcsw_per_s"] for r in ProfileStore(merged, readonly=True).rows()] == [12.5, None]
+
+    with ProfileStore(old_path, readonly=True) as ro:  # read-only: renamed as it is read
+        (row,) = ro.rows()
+        assert row["engine_nivcsw_per_s"] == 12.5 and "engine_nvcsw_per_s" not in row
+    with ProfileStore(old_path) as rw:  # opened for writing: the column itself is renamed
+        have = {r[1] for r in rw._db.execute("PRAGMA table_info(cells)")}
+        assert "engine_nivcsw_per_s" in have and "engine_nvcsw_per_s" not in have
+        assert rw.rows()[0]["engine_nivcsw_per_s"] == 12.5
+
+
+def test_the_committed_datasets_load_under_the_current_names() -> None:
+    paths = sorted((Path(__file__).resolve().parents[2] / "models").rglob("*.sqlite"))
+    assert paths
+    for path in paths:
+        with ProfileStore(path, readonly=True) as ro:
+            rows = ro.rows()
+        assert rows and "engine_nvcsw_per_s" not in rows[0]
+        if path.parent.name == "profiles":  # the H200 campaign recorded the switches
+            assert any(r["engine_nivcsw_per_s"] is not None for r in rows)
 
 
 _APPENDER = textwrap.dedent(

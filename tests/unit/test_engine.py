@@ -1,7 +1,7 @@
 """The vLLM launcher against a fake server process, its log helpers, and the mode enum.
 
 The fake (written to tmp_path) parses ``--host``/``--port``, prints vLLM-like start-up lines, serves
-``/health``, ``/version`` and ``/v1/models`` with http.server, and can spawn a child that ignores SIGTERM,
+``/health``, ``/version`` and ``/v1/models`` with tests.support.net, and can spawn a child that ignores SIGTERM,
 so ``stop()`` must take the whole process group down. ``FAKE_BEHAVIOUR`` picks how it misbehaves.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 import textwrap
 import time
@@ -22,13 +21,13 @@ import pytest
 from graphmode.core.errors import EngineDiedError, EngineError, EngineStartError
 from graphmode.core.modes import ALL_MODES, DEFAULT_MODE, CudaGraphMode, compilation_config, parse_mode
 from graphmode.profiling.engine import VllmServer, describe_exit, tail_lines
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
 FAKE = textwrap.dedent(
     """
-    import argparse, json, os, signal, subprocess, sys, time
-    from http.server import BaseHTTPRequestHandler, HTTPServer
+    import argparse, json, os, signal, subprocess, sys, threading
 
     p = argparse.ArgumentParser()
     p.add_argument("--host")
@@ -58,37 +57,15 @@ FAKE = textwrap.dedent(
           "Graph capturing finished in 3 secs, took 0.45 GiB")
     sys.stdout.flush()
 
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
+    paths = {"/health": (503 if behaviour == "never_healthy" else 200, {}),
+             "/version": (200, {"version": "9.9.9-fake"}), "/v1/models": (200, {"data": [{"id": "served-by-fake"}]})}
+    sys.path.insert(0, @REPO@)
+    from tests.support.net import serve_http
 
-        def _send(self, code, obj):
-            body = json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self):
-            if self.path == "/health":
-                self._send(503 if behaviour == "never_healthy" else 200, {})
-            elif self.path == "/version":
-                self._send(200, {"version": "9.9.9-fake"})
-            elif self.path == "/v1/models":
-                self._send(200, {"data": [{"id": "served-by-fake"}]})
-            else:
-                self._send(404, {})
-
-    HTTPServer((args.host, args.port), H).serve_forever()
+    with serve_http(lambda req: paths.get(req.path, (404, {})), host=args.host, port=args.port):
+        threading.Event().wait()
     """
-)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+).replace("@REPO@", repr(str(Path(__file__).resolve().parents[2])))
 
 
 def gone(pid: int) -> bool:

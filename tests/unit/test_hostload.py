@@ -1,16 +1,33 @@
-"""Host and engine CPU counters: /proc read from fake trees, and from the real one."""
+"""Host and engine CPU counters: psutil (and /proc) read from fake trees, and from the real ones."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import psutil
+import pytest
+
 from graphmode.profiling import hostload as hl
+
+TICKS = 100  # the fakes' clock ticks per second (psutil divides by the real one)
+
+
+@pytest.fixture(autouse=True)
+def _clock_ticks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from psutil import _pslinux
+
+    monkeypatch.setattr(_pslinux, "CLOCK_TICKS", TICKS)
+
+
+def use(monkeypatch: pytest.MonkeyPatch, proc: Path) -> None:
+    """Point psutil (and the hand reads beside it) at a fake /proc tree."""
+    monkeypatch.setattr(psutil, "PROCFS_PATH", str(proc))
 
 
 def proc_stat(user: int, idle: int, steal: int) -> str:
     # user nice system idle iowait irq softirq steal guest guest_nice
-    return f"cpu  {user} 0 0 {idle} 0 0 0 {steal} 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\nctxt 5\n"
+    return f"cpu  {user} 0 0 {idle} 0 0 0 {steal} 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\nctxt 5\nbtime 1000\n"
 
 
 def pid_stat(pid: int, ppid: int, utime: int, stime: int) -> str:
@@ -37,42 +54,46 @@ def fake_proc(root: Path, host: tuple[int, int, int], procs: dict[int, tuple[int
     return proc
 
 
-def test_usage_between_two_snapshots(tmp_path: Path) -> None:
+def test_usage_between_two_snapshots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a = fake_proc(tmp_path / "a", (1000, 9000, 0), {100: (1, 50, 10, [3]), 101: (100, 200, 40, [5, 7]),
                                                    300: (1, 999, 999, [999])})
     b = fake_proc(tmp_path / "b", (1600, 9300, 100), {100: (1, 60, 10, [4]), 101: (100, 400, 40, [25, 7]),
                                                      300: (1, 5000, 999, [5000])})
-    before = hl.counters(100, proc=a, clock=10.0)
-    after = hl.counters(100, proc=b, clock=12.0)
-    assert before.engine_ticks == 300 and before.engine_nvcsw == 15  # pid 300 is not in the tree
-    got = hl.usage(before, after, hz=100)
+    use(monkeypatch, a)
+    before = hl.counters(100, clock=10.0)
+    use(monkeypatch, b)
+    after = hl.counters(100, clock=12.0)
+    assert before.engine_cpu_s == 300 / TICKS and before.engine_nivcsw == 15  # pid 300 is not in the tree
+    got = hl.usage(before, after)
     # host: 1000 ticks passed, 300 idle, 100 stolen
     assert got["host_busy_pct"] == 70.0 and got["host_steal_pct"] == 10.0
     # engine: 210 ticks at 100 Hz over 2 s; 21 involuntary switches over 2 s
-    assert got["engine_cpu_cores"] == 1.05 and got["engine_nvcsw_per_s"] == 10.5
+    assert got["engine_cpu_cores"] == 1.05 and got["engine_nivcsw_per_s"] == 10.5
 
 
-def test_unreadable_or_inconsistent_counters_give_none(tmp_path: Path) -> None:
+def test_unreadable_or_inconsistent_counters_give_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    snap = hl.counters(100, proc=empty, clock=1.0)
+    use(monkeypatch, empty)
+    snap = hl.counters(100, clock=1.0)
     assert snap == hl.Counters(1.0, None, None, None)
     assert set(hl.usage(snap, hl.Counters(2.0, None, None, None)).values()) == {None}
-    assert hl.cpu_model(empty) is None
+    assert hl.cpu_model() is None
     # a tree that lost a process between snapshots: a negative delta is not a number to report
-    got = hl.usage(hl.Counters(0.0, (5,) * 8, 500, 50), hl.Counters(1.0, (4,) * 8, 100, 10), hz=100)
+    got = hl.usage(hl.Counters(0.0, (5,) * 8, 5.0, 50), hl.Counters(1.0, (4,) * 8, 1.0, 10))
     assert set(got.values()) == {None}
     # no time passed: rates are undefined
-    assert hl.usage(hl.Counters(1.0, None, 1, 1), hl.Counters(1.0, None, 2, 2), hz=100)["engine_cpu_cores"] is None
+    assert hl.usage(hl.Counters(1.0, None, 1.0, 1), hl.Counters(1.0, None, 2.0, 2))["engine_cpu_cores"] is None
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "stat").write_text("intr 1 2 3\n")
-    assert hl.counters(None, proc=bad).host_ticks is None
+    use(monkeypatch, bad)
+    assert hl.counters(None).host_cpu_s is None
 
 
-def test_cpu_model_names_the_model_and_counts_cpus(tmp_path: Path) -> None:
-    proc = fake_proc(tmp_path, (1, 1, 0), {})
-    assert hl.cpu_model(proc) == "Test CPU 9000 × 2"
+def test_cpu_model_names_the_model_and_counts_cpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    use(monkeypatch, fake_proc(tmp_path, (1, 1, 0), {}))
+    assert hl.cpu_model() == "Test CPU 9000 × 2"
 
 
 def test_real_proc_sees_this_process_use_cpu() -> None:

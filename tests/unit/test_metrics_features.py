@@ -10,11 +10,8 @@ still used the old metric names.
 from __future__ import annotations
 
 import asyncio
-import http.server
 import math
 import re
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +28,7 @@ from graphmode.profiling.features import (
     since_last_reset,
 )
 from graphmode.profiling.metrics import Histogram, MetricsSnapshot, parse_metrics, scrape, scrape_sync
+from tests.support.net import free_port, serve_http
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu"
 IDLE = FIXTURES / "metrics-idle.txt"
@@ -657,29 +655,10 @@ def test_async_scrape_malformed_body() -> None:
         asyncio.run(go())
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        status, body = (200, GPU_024.encode()) if self.path == "/metrics" else (404, b"Not Found")
-        self.send_response(status)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # keep pytest output clean
-
-
 @pytest.fixture
 def metrics_server() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_http(lambda req: (200, GPU_024) if req.path == "/metrics" else (404, "Not Found")) as url:
+        yield url
 
 
 def test_scrape_sync(metrics_server: str) -> None:
@@ -690,8 +669,5 @@ def test_scrape_sync(metrics_server: str) -> None:
 
 
 def test_scrape_sync_connection_refused() -> None:
-    with socket.socket() as s:  # a port nobody listens on: bind, then close
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     with pytest.raises(ScrapeError, match="could not fetch"):
-        scrape_sync(f"http://127.0.0.1:{port}/metrics", timeout=2.0)
+        scrape_sync(f"http://127.0.0.1:{free_port()}/metrics", timeout=2.0)

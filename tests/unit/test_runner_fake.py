@@ -1,4 +1,4 @@
-"""A whole profile run against ``bench/fake_vllm.py``, a stand-in for vLLM's OpenAI-compatible server.
+"""A whole profile run against ``tests/support/fake_vllm.py``, a stand-in for vLLM's OpenAI-compatible server.
 
 The Profiler starts the fake exactly as it would start vLLM (``ProfileConfig.command``), once per mode,
 drives streaming /v1/completions load at it while scraping its /metrics, and appends one row per cell.
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,11 +20,12 @@ from graphmode.core.modes import CudaGraphMode
 from graphmode.core.records import CellRecord, StartupInfo
 from graphmode.profiling.grid import AdaptiveWindow, LengthDist, Workload
 from graphmode.profiling.runner import ProfileConfig, Profiler, ProfileSummary
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.timeout(90)
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE_VLLM = ROOT / "bench" / "fake_vllm.py"
+FAKE_VLLM = ROOT / "tests" / "support" / "fake_vllm.py"
 TINY_LLAMA = ROOT / "tests" / "fixtures" / "tiny-llama"
 
 NONE, PIECEWISE, FULL = CudaGraphMode.NONE, CudaGraphMode.PIECEWISE, CudaGraphMode.FULL
@@ -34,12 +34,6 @@ PREFILL = Workload(name="tiny-prefill", rate=10, burstiness=1.0, input=LengthDis
                    output=LengthDist(mean=4), duration_s=2, warmup_s=0.5)
 DECODE = Workload(name="tiny-decode", rate=4, burstiness=0.5, input=LengthDist(mean=8),
                   output=LengthDist(mean=16, spread=0.25), duration_s=2, warmup_s=0.5)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Recorder:

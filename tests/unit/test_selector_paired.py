@@ -20,8 +20,8 @@ from graphmode.selector.paired import (
     paired_verdicts,
 )
 from graphmode.selector.recommend import Recommender
-from graphmode.selector.synthetic import write_synthetic_dataset
 from graphmode.selector.train import train
+from tests.support.synthetic import write_synthetic_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = "FULL_AND_PIECEWISE"

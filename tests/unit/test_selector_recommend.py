@@ -1,6 +1,6 @@
 """Recommending: the in-process API, workload descriptions, live scraping, the registry and the CLI.
 
-The model is trained on SYNTHETIC rows (graphmode.selector.synthetic); the tests check behaviour, not
+The model is trained on SYNTHETIC rows (tests.support.synthetic); the tests check behaviour, not
 what vLLM does.
 """
 
@@ -25,8 +25,8 @@ from graphmode.selector.describe import WorkloadDescription, describe_features
 from graphmode.selector.objective import make_objective
 from graphmode.selector.recommend import Recommendation, Recommender
 from graphmode.selector.registry import list_models, match_card, model_card, select_model
-from graphmode.selector.synthetic import SYNTHETIC_GPU, SYNTHETIC_VLLM, write_synthetic_dataset
 from graphmode.selector.train import train
+from tests.support.synthetic import SYNTHETIC_GPU, SYNTHETIC_VLLM, write_synthetic_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 NAMES = [

@@ -1,6 +1,6 @@
 """Aggregation, features, training, cross-validation, the model card and safe artifact loading.
 
-Datasets here are written by :mod:`graphmode.selector.synthetic` (SYNTHETIC rows, marked as such) unless
+Datasets here are written by ``tests.support.synthetic`` (SYNTHETIC rows, marked as such) unless
 a test says it uses real captured rows; those skip until the fixture exists.
 """
 
@@ -27,8 +27,8 @@ from graphmode.selector.artifacts import TRUSTED_TYPES, load_artifact, save_arti
 from graphmode.selector.card import ARTIFACT_FILE, CARD_FILE, ModelCard
 from graphmode.selector.featurize import fit_spec
 from graphmode.selector.recommend import Recommender
-from graphmode.selector.synthetic import SHAPE_05B, SHAPE_1B, SHAPE_8B, write_synthetic_dataset
 from graphmode.selector.train import train
+from tests.support.synthetic import SHAPE_05B, SHAPE_1B, SHAPE_8B, write_synthetic_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_FIXTURE = REPO / "tests" / "fixtures" / "profile-cpu.sqlite"

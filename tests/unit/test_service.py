@@ -27,7 +27,7 @@ from graphmode.service.app import validation_details
 from graphmode.service.jobs import JobBusy, JobContext, JobRegistry
 from graphmode.service.metrics import ServiceMetrics
 from graphmode.service.middleware import BodyLimitMiddleware
-from graphmode.service.retrain import RequestFieldError, plan, planned_cells
+from graphmode.service.retrain import RequestFieldError, plan
 from graphmode.service.schemas import (
     FeaturesIn,
     JobResult,
@@ -145,7 +145,7 @@ def test_retrain_plan(tmp_path: Path) -> None:
     )
     cfg = plan(req, s)
     assert cfg.modes == [CudaGraphMode.FULL] and cfg.port == 9001 and cfg.command == s.vllm.argv()
-    assert [w.name for w in cfg.workloads] == ["chat-r2-b1"] and planned_cells(cfg) == 1
+    assert [w.name for w in cfg.workloads] == ["chat-r2-b1"] and cfg.planned_cells == 1
     # `vllm serve MODEL`: the positional model counts.
     cfg = plan(RetrainRequest(vllm_command="vllm serve", vllm_args=["/models/x"]), s)
     assert len(cfg.workloads) > 1 and len(cfg.modes) == 5
@@ -156,7 +156,7 @@ def test_retrain_plan(tmp_path: Path) -> None:
     grid.parent.mkdir()
     grid.write_text("workloads: [{name: w, rate: 1, input: {mean: 8}, output: {mean: 8}, repeats: 3}]\n")
     cfg = plan(RetrainRequest(vllm_args=["--model", "/m"], grid_path="g.yaml", modes=["NONE", "FULL"]), s, tmp_path)
-    assert planned_cells(cfg) == 6
+    assert cfg.planned_cells == 6
 
 
 def test_validation_details_are_json_safe() -> None:

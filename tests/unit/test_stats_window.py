@@ -40,10 +40,10 @@ def _stream(start: float, gaps: list[float], ttft: float, n_out: int, ok: bool =
     return r
 
 
-def test_t975_table() -> None:
-    assert t975(1) == pytest.approx(12.706)
-    assert t975(4) == pytest.approx(2.776)
-    assert t975(200) == 1.96
+def test_t975_matches_the_table() -> None:
+    assert t975(1) == pytest.approx(12.706, abs=1e-3)  # the printed tables' three decimals
+    assert t975(4) == pytest.approx(2.776, abs=1e-3)
+    assert t975(200) == pytest.approx(1.96, abs=1e-3)
     with pytest.raises(ValueError):
         t975(0)
 

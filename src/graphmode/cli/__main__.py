@@ -1,3 +1,3 @@
-from graphmode.cli.main import app
+from graphmode.cli.main import run
 
-app()
+run()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from graphmode.core.errors import ConfigError, GraphmodeError
 from graphmode.core.modes import CudaGraphMode, parse_mode
@@ -25,11 +27,39 @@ def handle_errors() -> Iterator[None]:
     try:
         yield
     except ConfigError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
     except GraphmodeError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_ERROR) from None
+
+
+# The pyproject extra each command needs, and the extra that brings each optional import (for the rest).
+EXTRA_OF_COMMAND = {"profile": "profile", "train": "selector", "retrain": "all", "recommend": "selector",
+                    "launch": "selector", "watch": "selector", "serve": "service", "report": "report"}
+EXTRA_OF_MODULE = {
+    "aiohttp": "profile", "pynvml": "profile", "psutil": "profile", "prometheus_client": "profile",
+    "sklearn": "selector", "skops": "selector", "scipy": "selector", "pandas": "selector",
+    "fastapi": "service", "uvicorn": "service", "starlette": "service",
+    "plotly": "report", "jinja2": "report", "markupsafe": "report",
+}
+
+
+def run_app(app: typer.Typer, argv: list[str] | None = None, prog_name: str = "graphmode") -> None:
+    """Run ``app``; a command whose extra is not installed says which one to install, not an ImportError."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        app(args, prog_name=prog_name)
+    except ModuleNotFoundError as exc:
+        root = (exc.name or "").split(".")[0]
+        if root not in EXTRA_OF_MODULE:
+            raise
+        command = next((a for a in args if a in EXTRA_OF_COMMAND), None)
+        extra = EXTRA_OF_COMMAND[command] if command else EXTRA_OF_MODULE[root]
+        err_console.print(f"error: {'graphmode ' + command if command else 'this command'} needs the [{extra}] "
+                          f"extra ({root} is not installed): pip install 'graphmode[{extra}]'",
+                          markup=False, highlight=False, soft_wrap=True)
+        sys.exit(EXIT_ERROR)
 
 
 def parse_modes(value: str | None) -> list[CudaGraphMode]:

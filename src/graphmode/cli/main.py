@@ -6,6 +6,7 @@ import typer
 
 from graphmode import __version__
 from graphmode.cli import launch_cmd, profile_cmd, recommend_cmd, report_cmd, serve_cmd, train_cmd, watch_cmd
+from graphmode.cli.common import run_app
 
 app = typer.Typer(
     name="graphmode",
@@ -33,3 +34,8 @@ def _version(value: bool) -> None:
 def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                       help="Print the version and exit.")) -> None:
     """graphmode: profile, train, recommend, serve, launch, watch, report."""
+
+
+def run() -> None:
+    """The ``graphmode`` console script."""
+    run_app(app)

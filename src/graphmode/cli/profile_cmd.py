@@ -23,7 +23,6 @@ from graphmode.core.modes import CudaGraphMode
 from graphmode.core.records import CellRecord, StartupInfo
 from graphmode.core.settings import load_settings
 from graphmode.profiling.grid import Workload, load_grid
-from graphmode.profiling.runner import ProfileConfig, Profiler
 
 console = Console(stderr=True)
 
@@ -104,6 +103,8 @@ def register(app: typer.Typer) -> None:
         each is decided against vLLM's default (better / equivalent / worse) or the budget is spent.
         """
         with handle_errors():
+            from graphmode.profiling.runner import ProfileConfig, Profiler
+
             s = load_settings()
             if race:
                 from graphmode.cli.race_view import RaceOptions, run_race
@@ -120,15 +121,9 @@ def register(app: typer.Typer) -> None:
             selected = g.select([n for n in (workloads or "").split(",") if n])
             mode_list = parse_modes(modes)
             command, vllm_args = vllm_invocation(ctx.args, vllm_cmd, s.vllm.argv(), need_model=True)
-            config = ProfileConfig(
-                command=command, vllm_args=vllm_args, modes=mode_list, workloads=selected,
-                dataset=dataset or s.profile.dataset, log_dir=log_dir or s.profile.log_dir,
-                host=s.vllm.host, port=port or s.vllm.port, resume=resume, repeats=repeats,
-                scrape_interval_s=s.profile.scrape_interval_s,
-                startup_timeout_s=startup_timeout or s.vllm.startup_timeout_s,
-                stop_timeout_s=s.vllm.stop_timeout_s, connect_timeout_s=s.vllm.connect_timeout_s,
-                read_timeout_s=s.vllm.read_timeout_s,
-            )
+            config = ProfileConfig.from_settings(
+                s, command=command, vllm_args=vllm_args, modes=mode_list, workloads=selected, dataset=dataset,
+                log_dir=log_dir, port=port, resume=resume, repeats=repeats, startup_timeout_s=startup_timeout)
             with ProfileStore(config.dataset) as store:
                 profiler = Profiler(config, store)
                 pending = profiler.pending()

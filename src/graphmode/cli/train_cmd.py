@@ -277,23 +277,9 @@ def register(app: typer.Typer) -> None:
             selected = g.select([n for n in (workloads or "").split(",") if n])
             command, vllm_args = vllm_invocation(ctx.args, vllm_cmd, s.vllm.argv(), need_model=True)
             root = models_dir or s.selector.models_dir
-            config = ProfileConfig(
-                command=command,
-                vllm_args=vllm_args,
-                modes=parse_modes(modes),
-                workloads=selected,
-                dataset=dataset or Path("unused"),
-                log_dir=log_dir or s.profile.log_dir,
-                host=s.vllm.host,
-                port=port or s.vllm.port,
-                resume=not fresh,
-                repeats=repeats,
-                scrape_interval_s=s.profile.scrape_interval_s,
-                startup_timeout_s=s.vllm.startup_timeout_s,
-                stop_timeout_s=s.vllm.stop_timeout_s,
-                connect_timeout_s=s.vllm.connect_timeout_s,
-                read_timeout_s=s.vllm.read_timeout_s,
-            )
+            config = ProfileConfig.from_settings(
+                s, command=command, vllm_args=vllm_args, modes=parse_modes(modes), workloads=selected,
+                dataset=dataset or Path("unused"), log_dir=log_dir, port=port, resume=not fresh, repeats=repeats)
             path = dataset or retrain_dataset_path(config, root)
             console.print(
                 f"retrain: profiling into {path} ({'fresh' if fresh else 'resuming'}), then training "
@@ -309,8 +295,7 @@ def register(app: typer.Typer) -> None:
                 TimeElapsedColumn(),
                 console=console,
             ) as progress:
-                total = len(config.modes) * sum(repeats or w.repeats for w in selected)
-                reporter = RichReporter(progress, total)
+                reporter = RichReporter(progress, config.planned_cells)
                 res = run_retrain(
                     config,
                     models_dir=root,

@@ -56,6 +56,17 @@ _GROUPS: list[tuple[str, type[Any], str]] = [
     ("race", RaceInfo, "race_"),
 ]
 _SKIP = {("startup", "vllm_version")}  # the fingerprint holds it
+# Columns renamed since they were first written (old -> new): an older dataset reads under the new name.
+RENAMED_COLUMNS: dict[str, str] = {"engine_nvcsw_per_s": "engine_nivcsw_per_s"}
+_OLD_NAME = {new: old for old, new in RENAMED_COLUMNS.items()}
+
+
+def _renamed(row: dict[str, Any]) -> dict[str, Any]:
+    for old, new in RENAMED_COLUMNS.items():
+        if old in row:
+            value = row.pop(old)
+            row.setdefault(new, value)
+    return row
 
 
 def _sql_type(annotation: Any) -> str:
@@ -132,6 +143,10 @@ class ProfileStore:
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
         self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         have = {r[1] for r in self._db.execute("PRAGMA table_info(cells)")}
+        for old, new in RENAMED_COLUMNS.items():
+            if old in have and new not in have:
+                self._db.execute(f'ALTER TABLE cells RENAME COLUMN "{old}" TO "{new}"')
+                have = (have - {old}) | {new}
         for name, sql_type in COLUMNS.items():
             if name not in have:  # columns added by a newer graphmode; old rows read NULL
                 self._db.execute(f'ALTER TABLE cells ADD COLUMN "{name}" {sql_type}')
@@ -208,7 +223,7 @@ class ProfileStore:
         sql = "SELECT * FROM cells" + (" WHERE status = ?" if status else "") + " ORDER BY id"
         try:
             cur = self._db.execute(sql, (status,) if status else ())
-            return [dict(r) for r in cur]
+            return [_renamed(dict(r)) for r in cur]
         except sqlite3.Error as exc:
             raise DatasetError(f"cannot read {self.path}: {exc}") from exc
 
@@ -264,10 +279,12 @@ def merge_sqlite(sources: Sequence[Path], dst: Path, *, profile_key: str | None 
             for i, src in enumerate(sources):
                 d.execute(f"ATTACH DATABASE ? AS s{i}", (f"file:{src}?mode=ro",))
                 theirs = {r[1] for r in d.execute(f"PRAGMA s{i}.table_info(cells)")}
-                cols = [c for c in have if c in theirs]
+                cols = {c: c if c in theirs else _OLD_NAME[c]
+                        for c in have if c in theirs or _OLD_NAME.get(c) in theirs}
                 names = ", ".join(f'"{c}"' for c in cols)
+                picks = ", ".join(f'"{c}"' for c in cols.values())
                 where = " WHERE profile_key = ?" if profile_key else ""
-                d.execute(f"INSERT INTO cells ({names}) SELECT {names} FROM s{i}.cells{where} ORDER BY id",
+                d.execute(f"INSERT INTO cells ({names}) SELECT {picks} FROM s{i}.cells{where} ORDER BY id",
                           (profile_key,) if profile_key else ()).close()
                 d.execute(f"DETACH DATABASE s{i}")
         finally:

@@ -179,7 +179,7 @@ class RunConditions(_Flat):
     host_busy_pct: float | None = Field(None, description="host CPU time not idle over the cell, %")
     host_steal_pct: float | None = Field(None, description="CPU time the hypervisor gave to others, %")
     engine_cpu_cores: float | None = Field(None, description="CPU seconds of vLLM's processes per second")
-    engine_nvcsw_per_s: float | None = Field(None, description="involuntary context switches of vLLM's threads/s")
+    engine_nivcsw_per_s: float | None = Field(None, description="involuntary context switches of vLLM's threads/s")
     host_probe_ms: float | None = Field(None, description="a fixed pure-Python loop just before the cell, ms")
 
 

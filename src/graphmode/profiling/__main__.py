@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from graphmode.cli import profile_cmd
+from graphmode.cli.common import run_app
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 profile_cmd.register(app)
@@ -17,4 +18,4 @@ def _root() -> None:
 
 
 if __name__ == "__main__":
-    app()
+    run_app(app, prog_name="python -m graphmode.profiling")

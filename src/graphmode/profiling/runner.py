@@ -25,6 +25,7 @@ from graphmode.core.errors import EngineDiedError, EngineError, EngineStartError
 from graphmode.core.fingerprint import build_fingerprint, model_shape, torch_version_of, vllm_version_of
 from graphmode.core.modes import CudaGraphMode
 from graphmode.core.records import CellRecord, CellStatus, Fingerprint, RunConditions, StartupInfo
+from graphmode.core.settings import Settings
 from graphmode.profiling.arrivals import plan_requests
 from graphmode.profiling.engine import VllmServer
 from graphmode.profiling.features import compute_features
@@ -74,6 +75,38 @@ class ProfileConfig:
     drain_grace_s: float = 30.0
     idle_timeout_s: float = 15.0  # before a cell: wait this long at most for the last one's aborts
     env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        command: list[str],
+        vllm_args: list[str],
+        modes: Sequence[CudaGraphMode],
+        workloads: Sequence[Workload],
+        dataset: Path | None = None,
+        log_dir: Path | None = None,
+        port: int | None = None,
+        resume: bool = False,
+        repeats: int | None = None,
+        startup_timeout_s: float | None = None,
+    ) -> ProfileConfig:
+        """The run the CLI and the service plan: what is not given comes from the settings."""
+        v = settings.vllm
+        return cls(
+            command=command, vllm_args=vllm_args, modes=modes, workloads=workloads,
+            dataset=dataset or settings.profile.dataset, log_dir=log_dir or settings.profile.log_dir,
+            host=v.host, port=port or v.port, resume=resume, repeats=repeats,
+            scrape_interval_s=settings.profile.scrape_interval_s,
+            startup_timeout_s=startup_timeout_s or v.startup_timeout_s, stop_timeout_s=v.stop_timeout_s,
+            connect_timeout_s=v.connect_timeout_s, read_timeout_s=v.read_timeout_s,
+        )
+
+    @property
+    def planned_cells(self) -> int:
+        """Cells the run covers, done ones included: every mode × workload × repeat."""
+        return sum(_repeats(w, self.repeats) for w in self.workloads) * len(self.modes)
 
 
 @dataclass
@@ -132,8 +165,7 @@ class Profiler:
         t0 = time.monotonic()
         summary = ProfileSummary(run_id=self.run_id, profile_key=self.key)
         plan = self.pending()
-        total = sum(_repeats(w, self.config.repeats) for w in self.config.workloads) * len(self.config.modes)
-        summary.skipped = total - sum(len(v) for v in plan.values())
+        summary.skipped = self.config.planned_cells - sum(len(v) for v in plan.values())
         torch_version = torch_version_of(self.config.command) if any(plan.values()) else None
         # The engine start is the unit of replication (between-start noise dominates within-start noise,
         # NOTES.md), so each repeat gets its own start of every mode, and the modes take turns per round.

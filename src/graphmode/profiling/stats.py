@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.stats
 
 from graphmode.core.records import LatencyStats
 
@@ -107,16 +108,14 @@ def aggregate(results: Sequence[RequestResult], duration_s: float, *, slo_ttft_s
     )
 
 
-# Two-sided 95% Student t quantiles for 1..30 degrees of freedom; 1.96 beyond.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)
+Z975 = float(scipy.stats.norm.ppf(0.975))
 
 
 def t975(dof: int) -> float:
+    """Two-sided 95% Student t quantile; the normal one beyond 30 degrees of freedom, as tables do."""
     if dof < 1:
         raise ValueError("need at least one degree of freedom")
-    return _T975[dof - 1] if dof <= len(_T975) else 1.96
+    return float(scipy.stats.t.ppf(0.975, dof)) if dof <= 30 else Z975
 
 
 def median_ci_rel(values: Sequence[float], min_n: int = 6) -> float | None:
@@ -131,7 +130,7 @@ def median_ci_rel(values: Sequence[float], min_n: int = 6) -> float | None:
     med = float(np.median(xs))
     if med <= 0:
         return None
-    k = 1.96 * np.sqrt(n) / 2
+    k = Z975 * np.sqrt(n) / 2
     lo = max(0, int(np.floor(n / 2 - k)) - 1)
     hi = min(n - 1, int(np.ceil(n / 2 + k)))
     return float((xs[hi] - xs[lo]) / 2 / med)

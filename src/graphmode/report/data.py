@@ -30,8 +30,11 @@ from graphmode.selector.aggregate import (
     ITL_COALESCED_RATIO,
     TrainingSet,
     build_training_set,
+    cell_frame,
+    cell_stats,
     finite_number,
     metric_value,
+    workload_spec,
 )
 from graphmode.selector.featurize import shape_key, shape_of_row
 from graphmode.selector.objective import METRICS, make_objective, regret
@@ -374,14 +377,6 @@ def _row_id(r: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 
-def _spec(r: Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        spec = json.loads(r.get("workload_spec") or "{}")
-    except (TypeError, json.JSONDecodeError):
-        return {}
-    return spec if isinstance(spec, dict) else {}
-
-
 def _mean_of(spec: Mapping[str, Any], key: str) -> float | None:
     part = spec.get(key)
     return finite_number(part.get("mean")) if isinstance(part, Mapping) else finite_number(part)
@@ -515,39 +510,39 @@ def _shape_view(
 ) -> ShapeView:
     shape = shape_of_row(rows[0])
     label, short = shape_labels(shape, names)
-    by_unit: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        by_unit[f"{r.get('workload')}@{r.get('workload_hash') or ''}#{skey}"].append(r)
+    obs = [f"obs_{f}" for f in ("arrival_rate", "prefill_decode_ratio", "mean_input_tokens", "mean_output_tokens",
+                                 "batch_mean", "batch_cv", "concurrency_mean")]
+    frame = cell_frame(rows, [*VIEWS, *obs])  # the selector's values: unreliable ITL already left out
+    feats = cell_stats(frame, obs, by=("unit",))
+    by_unit: dict[Any, Any] = frame.groupby("unit", sort=False).indices
     name_hashes: dict[str, set[str]] = defaultdict(set)
     for key in by_unit:
         name_hashes[key.split("@", 1)[0]].add(key)
     unit_index = {u.key: i for i, u in enumerate(ts.units)} if ts is not None else {}
 
     workloads: list[WorkloadView] = []
-    for key, urows in by_unit.items():
+    for key, at in by_unit.items():
+        urows = [rows[i] for i in at]
         wname = str(urows[0].get("workload"))
         whash = str(urows[0].get("workload_hash") or "")
-        spec = _spec(urows[0])
-        feats: dict[str, float | None] = {}
-        for fname in ("arrival_rate", "prefill_decode_ratio", "mean_input_tokens", "mean_output_tokens",
-                      "batch_mean", "batch_cv", "concurrency_mean"):
-            vals = [v for v in (finite_number(r.get("obs_" + fname)) for r in urows) if v is not None]
-            feats[fname] = float(np.mean(vals)) if vals else None
+        spec = workload_spec(urows[0])
+        features = {o[4:]: finite_number(float(feats.loc[key, (o, "mean")])) for o in obs}
         cells: dict[str, Cell] = {}
+        for mode, g in frame.iloc[at].groupby("mode", sort=False):
+            cell = cells[str(mode)] = Cell(str(mode), n_rows=len(g))
+            for metric in VIEWS:
+                got = g[g[metric].notna()]
+                if len(got):
+                    cell.values[metric] = got[metric].tolist()
+                    cell.by_repeat[metric] = dict(zip(got["repeat"].tolist(), got[metric].tolist(), strict=True))
         for r in urows:
-            mode = _mode(r)
-            assert mode is not None
-            cell = cells.setdefault(mode, Cell(mode))
-            cell.n_rows += 1
+            cell = cells[_mode(r) or ""]
             block = r.get("gpu_uuid") or r.get("run_id")
             if block:
                 cell.block[int(r.get("repeat") or 0)] = str(block)
             dropped = False
             for metric in VIEWS:
-                v = metric_value(r, metric)
-                if v is not None:
-                    cell.values.setdefault(metric, []).append(v)
-                    cell.by_repeat.setdefault(metric, {})[int(r.get("repeat") or 0)] = v
+                if metric_value(r, metric) is not None:
                     ci = finite_number(r.get(metric + "_ci"))  # adaptive windows record it; older rows do not
                     if ci is not None:
                         cell.ci.setdefault(metric, []).append(ci)
@@ -574,7 +569,7 @@ def _shape_view(
                     1.0 if finite_number(spec.get("rate")) is not None else None),
                 input_tokens=_mean_of(spec, "input"),
                 output_tokens=_mean_of(spec, "output"),
-                features=feats,
+                features=features,
                 cells=dict(sorted(cells.items(), key=lambda kv: _mode_order(kv[0]))),
                 unit=unit_index.get(key),
             )

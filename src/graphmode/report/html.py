@@ -359,58 +359,19 @@ def failed_table(data: ReportData) -> str:
 
 
 # ---------------------------------------------------------------- page
-CSS = """
-:root { --ink:#1f2328; --muted:#6b7280; --line:#e5e7eb; --bg:#ffffff; --accent:#2563eb; }
-* { box-sizing: border-box; }
-body { margin:0; background:var(--bg); color:var(--ink);
-  font: 13px/1.45 Inter, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; }
-main { max-width: 1400px; margin: 0 auto; padding: 14px 28px 40px; }
-header h1 { font-size: 22px; margin: 0 0 2px; letter-spacing: -0.01em; }
-header .sub { color: var(--muted); margin: 0 0 8px; }
-.chips { display:flex; flex-wrap:wrap; gap:6px; margin: 6px 0 10px; }
-.chip { background:#f3f4f6; border:1px solid var(--line); border-radius: 999px; padding: 2px 10px; font-size: 12px; }
-.top { display:grid; grid-template-columns: minmax(0, 1.2fr) minmax(0, 1fr); gap: 22px; align-items:start;
-  margin-top: 6px; }
-.top.first { grid-template-columns: max-content minmax(0, 1fr); }
-.caption { color: #374151; margin: 2px 0 4px; max-width: 1200px; }
-h2 { font-size: 17px; margin: 26px 0 6px; padding-top: 8px; border-top: 1px solid var(--line); }
-h3 { font-size: 14px; margin: 14px 0 4px; }
-.top h3 { margin-top: 2px; }
-table { border-collapse: collapse; width: 100%; font-size: 12px; }
-th, td { padding: 3px 7px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
-th { background: #f9fafb; font-weight: 600; color: #374151; white-space: nowrap; }
-td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-th.mode { text-align: right; }
-th.mode sup { font-weight: 400; color: var(--muted); margin-left: 2px; }
-.sw { display:inline-block; width:9px; height:9px; border-radius:2px; margin-right:4px; vertical-align: baseline; }
-.muted { color: var(--muted); }
-.nowrap { white-space: nowrap; }
-.bad, .badcell { color: #b91c1c; }
-td.win { background: #fbfbfd; }
-td.noisy { background: #fef3c7; }
-td.tie { color: #92400e; font-weight: 600; }
-td.verdict { font-weight: 600; }
-td.reason { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 11px; }
-.headline td, .headline th { padding: 4px 9px; white-space: nowrap; }
-.findings { margin: 0; padding-left: 18px; font-size: 12.5px; }
-.findings li { margin: 3px 0; }
-.note { background:#f8fafc; border-left: 3px solid #94a3b8; padding: 6px 10px; margin: 8px 0; color:#334155; }
-.notes { margin: 6px 0 0; padding-left: 18px; color: #374151; font-size: 12px; }
-.notes li { margin: 1px 0; }
-details { margin: 8px 0; }
-summary { cursor: pointer; color: var(--accent); }
-.scroll { max-height: 560px; overflow: auto; border: 1px solid var(--line); }
-.scroll table th { position: sticky; top: 0; z-index: 1; }
-.fig { margin: 4px 0 6px; }
-code { font-size: 12px; background: #f3f4f6; padding: 0 3px; border-radius: 3px; }
-footer { color: var(--muted); font-size: 11px; margin-top: 30px; }
-"""
-
-
 def _fig_html(fig: Any, div_id: str) -> str:
     config = {"displaylogo": False, "responsive": True, "displayModeBar": False}
     return "<div class='fig'>" + str(fig.to_html(full_html=False, include_plotlyjs=False, config=config,
                                                 div_id=div_id)) + "</div>"
+
+
+def _environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("graphmode.report", "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters["mode_short"] = lambda m: MODE_SHORT.get(m, m)
+    return env
 
 
 def page(
@@ -428,137 +389,49 @@ def page(
     title: str | None = None,
     generated: _dt.datetime | None = None,
 ) -> str:
+    """The page (templates/report.html.j2) around the tables and figures built here."""
+    from markupsafe import Markup
+
     hosts = data.hosts
     gpus = ", ".join(dict.fromkeys(h.gpu_name or "unknown GPU" for h in hosts))
     vllms = ", ".join(dict.fromkeys(h.vllm_version or "?" for h in hosts))
-    title = title or f"CUDA graph modes on {gpus} · vLLM {vllms}"
-    when = (generated or _dt.datetime.now(_dt.UTC)).strftime("%Y-%m-%d %H:%M UTC")
-    ds = ", ".join(f"{s.path.name} ({s.n_ok} ok, {s.n_failed} failed)" for s in data.datasets)
-    model_txt = (f"model <code>{esc(model.model_id)}</code> ({model.card.dataset.rows_used} rows, "
-                 f"{esc(model.card.regressor_kind)} regressors)" if model else "no model")
-    repeats_note = ("" if data.max_repeats >= 2 else
-                    "<li>Every cell was measured once: no error bars, no coefficient of variation; ties use the "
-                    "assumed noise (selector/aggregate.py).</li>")
-    note_items = "".join(f"<li>{esc(n)}</li>" for n in notes) + repeats_note
-    dropped = data.itl_dropped()
-    if dropped:
-        lst = ", ".join(f"{esc(w)} {esc(MODE_SHORT.get(m, m))}" for _, w, m, _, _ in dropped[:8])
-        more = f" and {len(dropped) - 8} more" if len(dropped) > 8 else ""
-        dropped_note = f"<li>{esc(coalesced_rule())}: ITL dropped in {len(dropped)} cells ({lst}{more}).</li>"
-    else:
-        dropped_note = f"<li>{esc(coalesced_rule())}: no cell affected.</li>"
-    median_delivered, saturated = data.saturation()
-    saturated_keys = {(sh, w) for sh, w, _ in saturated}
-    if median_delivered is None:
-        saturation_note = ""
-    else:
-        sat = "; ".join(f"{esc(sh)} {esc(w)} ({', '.join(esc(MODE_SHORT.get(m, m)) for m in ms)})"
-                        for sh, w, ms in saturated[:8])
-        more = f" and {len(saturated) - 8} more" if len(saturated) > 8 else ""
-        saturation_note = (
-            f"<li><b>Throughput</b> follows the offered load below saturation: unsaturated cells delivered a "
-            f"median {median_delivered:.2f}× the offered output tokens, so throughput wins there are window "
-            "noise. " + (f"Saturated (vLLM queue ≥ 1 request on average): {sat}{more}.</li>" if saturated else
-                         "No cell saturated: this grid cannot rank the modes on capacity.</li>"))
-    default_note = ("<li><b>Wins</b> = workloads where the mode has the best mean over repeats (even when within "
-                    "noise: <b>ties</b> counts those, selector tie rule). <b>Default loss</b> = how much worse vLLM's "
-                    f"default {esc(DEFAULT)} is than the best mode, % of the best.</li>")
-
+    delivered, saturated = data.saturation()
     verdicts = paired_verdicts(data.paired_rounds(PAIRED_METRICS), PAIRED_METRICS)
-    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{esc(title)}</title>"
-             "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-             f"<style>{CSS}</style><script type='text/javascript'>{plotly_js}</script></head><body><main>"]
-    parts.append(f"<header><h1>{esc(title)}</h1><p class='sub'>graphmode measurement report · {esc(ds)} · "
-                 f"{model_txt} · generated {esc(when)}</p>{measured_facts(data)}</header>")
-    parts.append("<div class='top first'><section><h3>Which mode wins <span class='muted' style='font-weight:400'>— "
-                 "workloads won per mode (best mean), and how much vLLM's default loses</span></h3>"
-                 + (headline_table(headline, data.modes) if headline else
-                    "<p class='note'>No verdicts: the selector could not aggregate these rows.</p>")
-                 + "</section><section><h3>In short</h3>"
-                 + f"{findings(headline, saturated_keys, verdicts)}</section></div>")
-    parts.append("<div class='top'><section><h3>What was measured <span class='muted' style='font-weight:400'>"
-                 "— ok cells per mode · workloads × repeats</span></h3>" + shapes_table(data)
-                 + "</section><section><ul class='notes'>"
-                 + f"{default_note}{saturation_note}{dropped_note}{note_items}</ul></section></div>")
-
-    parts.append("<h2 id='workloads'>1 · Every workload, every mode</h2>")
-    parts.append("<p class='caption'>Bar = mean over repeats; whiskers = min and max over repeats (none with one "
-                 "repeat); <b>black outline</b> = best mean; <b>hatched</b> = within the noise of the best. "
-                 "One panel per workload: rows are prefill/decode length pairs, columns arrival rate × "
-                 "burstiness. The buttons switch the metric; click a mode in the legend to hide it.</p>")
-    if data.max_repeats < 2:
-        parts.append("<p class='note'>One repeat per cell: the bars carry no error bars.</p>")
-    for i, (shape, fig) in enumerate(bar_figures):
-        parts.append(f"<h3>{esc(shape.label)}</h3>")
-        parts.append(_fig_html(fig, f"fig-bars-{i}"))
-
-    parts.append("<h2 id='map'>2 · Decision map: the trained model's choice over the feature space</h2>")
-    if model is None or map_figure is None:
-        why = "no trained model was found or given" if model is None else "the model predicts neither ITL nor TTFT"
-        parts.append(f"<p class='note'>Decision map skipped: {esc(why)} (<code>graphmode train</code>, "
-                     "then <code>graphmode report --model-dir DIR</code>).</p>")
-    else:
-        feats = ", ".join(model.card.features.names) or "none"
-        parts.append(
-            f"<p>Model <code>{esc(model.model_id)}</code> takes the observed features <code>{esc(feats)}</code>"
-            + (" plus model-shape features" if model.card.features.uses_shape else "")
-            + ". Each grid point is a workload description (rate, burstiness, input/output tokens) turned into "
-              "those features exactly as <code>graphmode recommend --rate …</code> does (Little's law for the "
-              "running batch, burstiness → batch CV), then ranked as the recommender ranks (a tie within the "
-              "predicted noise goes to the default). Markers: the measured best mode of each profiled "
-              "workload at its observed rate and ratio (diamond: tied within noise); hover for the model's "
-              "answer there. Token lengths along the ratio axis: input = G·√ratio, output = G/√ratio, with G "
-              "interpolated between the profiled workloads so the map passes through them.</p>")
-        for dm in maps:
-            for n in dm.notes:
-                parts.append(f"<p class='note'>{esc(n)}</p>")
-        parts.append(_fig_html(map_figure, "fig-map"))
-
-    parts.append("<h2 id='pareto'>3 · Latency vs CUDA graph memory vs start-up</h2>")
-    if pareto_fig is not None:
-        parts.append("<p class='caption'>One point per (model shape, mode). y: the median over workloads of the "
-                     "mode's mean divided by that workload's best mean (1 = always best); x: CUDA graph memory "
-                     "from vLLM's capture log; marker area ∝ start-up time. ★ with black outline = Pareto-optimal "
-                     "in (latency, graph memory) within its shape; lower-left is better; hover says whether it "
-                     "stays optimal with start-up time as a third axis.</p>")
-        parts.append(_fig_html(pareto_fig, "fig-pareto"))
-    else:
-        parts.append("<p class='note'>No mode has both a latency and a graph-memory figure.</p>")
-    parts.append("<details open><summary>Start-up, capture and graph memory per mode</summary>"
-                 + constants_table(pareto_points, data)
-                 + "<p class='muted'>Start-up is the wall clock from spawn to /health OK, averaged over engine "
-                   "starts; the first start of a session compiles with a cold torch.compile cache. NONE captures "
-                   "no graphs (0 GiB). ★ = Pareto-optimal in (that latency, graph memory).</p></details>")
-
-    parts.append("<h2 id='cv'>4 · Selector cross-validation</h2>")
-    if model is None:
-        parts.append("<p class='note'>No model: no cross-validation to show.</p>")
-    else:
-        for n in model.notes:
-            parts.append(f"<p class='note'>{esc(n)}</p>")
-        parts.append(cv_tables(model))
-
-    parts.append("<h2 id='noise'>5 · Run-to-run noise and ties</h2>")
-    noise_src = []
-    for s in data.shapes:
-        if s.ts is not None:
-            src = "; ".join(f"{VIEWS[m].label} {s.ts.noise_cv[m]:.1%} ({s.ts.noise_source[m]})"
-                            for m in NOISE_METRICS if m in s.ts.noise_cv)
-            noise_src.append(f"<li>{esc(s.short)}: pooled noise {esc(src)}</li>")
-    parts.append(
-        "<p>Coefficient of variation (sample std / mean) of each cell over its repeats; cells above "
-        f"{CV_NOISY:.0%} are shaded. A cell measured once shows the 95% confidence half-width of its own "
-        "window where the row records one (adaptive windows), else n=1. A workload's winner is a <b>tie</b> "
-        "when another mode's mean is within 2 standard errors (each cell's spread shrunk towards the pooled "
-        "noise: selector/aggregate.py cell_sigma, selector/objective.py rank):"
-        " the measurement cannot tell them apart.</p>"
-        f"<ul class='notes'>{''.join(noise_src)}</ul>"
-        f"{start_table(data)}{paired_table(data)}<div class='scroll'>{noise_table(data)}</div>")
-
-    parts.append(f"<h2 id='failed'>6 · Failed cells ({len(data.failed)})</h2>"
-                 "<p class='muted'>Counted and listed here, never plotted.</p>" + failed_table(data))
-    parts.append(f"<footer>graphmode {esc(__version__)} · <code>graphmode report</code> · datasets: "
-                 + ", ".join(f"<code>{esc(s.path)}</code>" for s in data.datasets)
-                 + (f" · model: <code>{esc(model.folder)}</code>" if model else "")
-                 + "</footer></main></body></html>")
-    return "".join(parts)
+    noise_sources = [
+        (s.short, "; ".join(f"{VIEWS[m].label} {s.ts.noise_cv[m]:.1%} ({s.ts.noise_source[m]})"
+                            for m in NOISE_METRICS if m in s.ts.noise_cv))
+        for s in data.shapes if s.ts is not None
+    ]
+    return str(_environment().get_template("report.html.j2").render(
+        title=title or f"CUDA graph modes on {gpus} · vLLM {vllms}",
+        plotly_js=Markup(plotly_js),
+        datasets_text=", ".join(f"{s.path.name} ({s.n_ok} ok, {s.n_failed} failed)" for s in data.datasets),
+        datasets=data.datasets,
+        model=model,
+        generated=(generated or _dt.datetime.now(_dt.UTC)).strftime("%Y-%m-%d %H:%M UTC"),
+        facts=Markup(measured_facts(data)),
+        headline=Markup(headline_table(headline, data.modes)) if headline else None,
+        findings=Markup(findings(headline, {(sh, w) for sh, w, _ in saturated}, verdicts)),
+        shapes=Markup(shapes_table(data)),
+        default=DEFAULT,
+        saturation=None if delivered is None else {"delivered": delivered, "cells": saturated},
+        coalesced_rule=coalesced_rule(),
+        dropped=data.itl_dropped(),
+        notes=notes,
+        max_repeats=data.max_repeats,
+        bar_figures=[(shape.label, Markup(_fig_html(fig, f"fig-bars-{i}"))) for i, (shape, fig) in
+                     enumerate(bar_figures)],
+        map_figure=None if map_figure is None else Markup(_fig_html(map_figure, "fig-map")),
+        map_notes=[n for dm in maps for n in dm.notes],
+        pareto_figure=None if pareto_fig is None else Markup(_fig_html(pareto_fig, "fig-pareto")),
+        constants=Markup(constants_table(pareto_points, data)),
+        cv=Markup(cv_tables(model)) if model is not None else None,
+        cv_noisy=CV_NOISY,
+        noise_sources=noise_sources,
+        start_table=Markup(start_table(data)),
+        paired_table=Markup(paired_table(data)),
+        noise_table=Markup(noise_table(data)),
+        n_failed=len(data.failed),
+        failed_table=Markup(failed_table(data)),
+        version=__version__,
+    ))

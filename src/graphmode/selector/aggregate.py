@@ -21,12 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from numpy.typing import NDArray
 
 from graphmode.core.errors import DatasetError
@@ -164,6 +164,54 @@ def metric_value(row: Mapping[str, Any], metric: str) -> float | None:
     return value
 
 
+Value = Callable[[Mapping[str, Any], str], float | None]
+
+
+def workload_spec(row: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        spec = json.loads(row.get("workload_spec") or "{}")
+    except (TypeError, json.JSONDecodeError):
+        return {}
+    return spec if isinstance(spec, dict) else {}
+
+
+def unit_key(row: Mapping[str, Any]) -> str:
+    """One workload (name and spec hash) under one model shape."""
+    return f"{row.get('workload')}@{row.get('workload_hash') or ''}#{shape_key(shape_of_row(row))}"
+
+
+def cell_frame(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], value: Value = metric_value) -> pd.DataFrame:
+    """One line per row: its unit, shape, workload, mode, repeat and run, and ``value(row, column)`` for each
+    of ``columns`` (NaN where it is None). The trainer, the report and bench/campaign_stats.py aggregate it."""
+    keys = ("unit", "shape", "workload", "mode", "repeat", "run_id")
+    lines = [
+        (unit_key(r), shape_key(shape_of_row(r)), str(r.get("workload")), parse_mode(str(r.get("mode"))).value,
+         int(r.get("repeat") or 0), str(r.get("run_id")), *(value(r, c) for c in columns))
+        for r in rows
+    ]
+    frame = pd.DataFrame(lines, columns=[*keys, *columns])
+    return frame.astype(dict.fromkeys(columns, "float64"))
+
+
+def cell_stats(frame: pd.DataFrame, columns: Sequence[str], by: Sequence[str] = ("unit", "mode")) -> pd.DataFrame:
+    """Per group (a cell by default): ``mean``, sample ``std`` (NaN with one value) and ``count`` of each column,
+    missing values left out; columns are (column, statistic)."""
+    return frame.groupby(list(by), sort=False)[list(columns)].agg(["mean", "std", "count"])
+
+
+def _fill(stats: pd.DataFrame, columns: Sequence[str], index: Callable[[Any], tuple[int, int] | None],
+          shape: tuple[int, int, int]) -> tuple[FloatArray, FloatArray, NDArray[np.int64]]:
+    """(mean, std, count) arrays from :func:`cell_stats`, each group placed at ``index(group)``."""
+    mean, std, count = np.full(shape, np.nan), np.full(shape, np.nan), np.zeros(shape, dtype=np.int64)
+    placed = [(k, at) for k, group in enumerate(stats.index) if (at := index(group)) is not None]
+    if placed:
+        rows, where = [k for k, _ in placed], tuple(np.array([at for _, at in placed]).T)
+        mean[where] = stats.xs("mean", axis=1, level=1)[list(columns)].to_numpy()[rows]
+        std[where] = stats.xs("std", axis=1, level=1)[list(columns)].to_numpy()[rows]
+        count[where] = stats.xs("count", axis=1, level=1)[list(columns)].to_numpy()[rows]
+    return mean, std, count
+
+
 def rows_sha256(rows: Sequence[Mapping[str, Any]]) -> str:
     """Content hash of the rows a model was trained on (independent of SQLite's file layout)."""
     h = hashlib.sha256()
@@ -230,68 +278,38 @@ def build_training_set(
             "fingerprint key: " + "; ".join(keys)
         )
 
-    unit_rows: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
-    unit_meta: dict[str, tuple[str, str, dict[str, Any], str, dict[str, Any]]] = {}
-    for r in usable:
-        shape = shape_of_row(r)
-        skey = shape_key(shape)
-        wname, whash = str(r.get("workload")), str(r.get("workload_hash") or "")
-        key = f"{wname}@{whash}#{skey}"
-        unit_rows[key].append(r)
-        if key not in unit_meta:
-            try:
-                spec = json.loads(r.get("workload_spec") or "{}")
-            except (TypeError, json.JSONDecodeError):
-                spec = {}
-            unit_meta[key] = (wname, whash, shape, skey, spec if isinstance(spec, dict) else {})
+    obs = [f"obs_{n}" for n in OBS_NAMES]
+    frame = cell_frame(usable, [*WORKLOAD_METRICS, *obs])
+    feats = cell_stats(frame, obs, by=("unit",))
+    by_unit: dict[Any, Any] = frame.groupby("unit").indices  # unit -> positions of its rows in `usable`
 
-    modes = [m.value for m in ALL_MODES if any(parse_mode(str(r["mode"])) == m for r in usable)]
+    modes = [m.value for m in ALL_MODES if m.value in set(frame["mode"])]
     units: list[Unit] = []
-    for key in sorted(unit_rows):
-        wname, whash, shape, skey, spec = unit_meta[key]
-        feats: dict[str, float | None] = {}
-        for name in OBS_NAMES:
-            vals = [v for v in (finite_number(r.get("obs_" + name)) for r in unit_rows[key]) if v is not None]
-            feats[name] = float(np.mean(vals)) if vals else None
-        if all(v is None for v in feats.values()):
+    for key in sorted(by_unit):
+        r = usable[by_unit[key][0]]
+        wname = str(r.get("workload"))
+        features = {n: _f(float(feats.loc[key, (f"obs_{n}", "mean")])) for n in OBS_NAMES}
+        if all(v is None for v in features.values()):
             notes.append(f"workload {wname} has no observed features in any row; left out")
             continue
-        units.append(
-            Unit(
-                key=key,
-                workload=wname,
-                workload_hash=whash,
-                group=wname,
-                shape=shape,
-                shape_key=skey,
-                features=feats,
-                spec=spec,
-                n_rows=len(unit_rows[key]),
-            )
-        )
+        shape = shape_of_row(r)
+        units.append(Unit(key=key, workload=wname, workload_hash=str(r.get("workload_hash") or ""), group=wname,
+                          shape=shape, shape_key=shape_key(shape), features=features,
+                          spec=workload_spec(r), n_rows=len(by_unit[key])))
     if not units:
         raise DatasetError("no row has observed features: was /metrics scraped during the profile?")
 
-    metrics = [m for m in WORKLOAD_METRICS if any(metric_value(r, m) is not None for r in usable)]
+    metrics = [m for m in WORKLOAD_METRICS if frame[m].notna().any()]
     if not metrics:
         raise DatasetError("no row has a latency or throughput measurement")
-    n_u, n_m, n_k = len(units), len(modes), len(metrics)
-    mean = np.full((n_u, n_m, n_k), np.nan)
-    std = np.full((n_u, n_m, n_k), np.nan)
-    count = np.zeros((n_u, n_m, n_k), dtype=np.int64)
+    unit_index = {u.key: i for i, u in enumerate(units)}
     mode_index = {m: i for i, m in enumerate(modes)}
-    for u, unit in enumerate(units):
-        by_mode: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
-        for r in unit_rows[unit.key]:
-            by_mode[parse_mode(str(r["mode"])).value].append(r)
-        for mode, rs in by_mode.items():
-            i = mode_index[mode]
-            for j, metric in enumerate(metrics):
-                vals = [v for v in (metric_value(r, metric) for r in rs) if v is not None]
-                if vals:
-                    mean[u, i, j] = float(np.mean(vals))
-                    std[u, i, j] = float(np.std(vals, ddof=1)) if len(vals) > 1 else np.nan
-                    count[u, i, j] = len(vals)
+
+    def cell_at(group: Any) -> tuple[int, int] | None:
+        key, mode = group
+        return (unit_index[key], mode_index[mode]) if key in unit_index else None
+
+    mean, std, count = _fill(cell_stats(frame, metrics), metrics, cell_at, (len(units), len(modes), len(metrics)))
 
     shapes: dict[str, dict[str, Any]] = {}
     for unit in units:
@@ -308,20 +326,20 @@ def build_training_set(
         if has or (c in ("capture_s", "graph_gib") and CudaGraphMode.NONE.value in modes):
             constants.append(c)
     n_s, n_c = len(shape_keys), len(constants)
-    const_mean = np.full((n_s, n_m, n_c), np.nan)
-    const_std = np.full((n_s, n_m, n_c), np.nan)
-    const_count = np.zeros((n_s, n_m, n_c), dtype=np.int64)
-    for s, skey in enumerate(shape_keys):
-        for i, mode in enumerate(modes):
-            rs = [r for (k, m, _), r in starts.items() if k == skey and m == mode]
-            for k, c in enumerate(constants):
-                vals = [v for v in (finite_number(r.get(c)) for r in rs) if v is not None]
-                if not vals and mode == CudaGraphMode.NONE.value and c in ("capture_s", "graph_gib") and rs:
-                    vals = [0.0]
-                if vals:
-                    const_mean[s, i, k] = float(np.mean(vals))
-                    const_std[s, i, k] = float(np.std(vals, ddof=1)) if len(vals) > 1 else np.nan
-                    const_count[s, i, k] = len(vals)
+    start_frame = cell_frame(list(starts.values()), constants, lambda r, c: finite_number(r.get(c)))
+
+    def const_at(group: Any) -> tuple[int, int]:
+        return shape_keys.index(group[0]), mode_index[group[1]]
+
+    const_mean, const_std, const_count = _fill(
+        cell_stats(start_frame, constants, by=("shape", "mode")), constants, const_at, (n_s, len(modes), n_c))
+    if CudaGraphMode.NONE.value in modes:  # NONE captures no graphs: 0, not unknown, where it started at all
+        i = mode_index[CudaGraphMode.NONE.value]
+        started = {shape_keys.index(k) for k, m, _ in starts if m == CudaGraphMode.NONE.value}
+        for k, c in enumerate(constants):
+            for si in started:
+                if c in ("capture_s", "graph_gib") and const_count[si, i, k] == 0:
+                    const_mean[si, i, k], const_count[si, i, k] = 0.0, 1
 
     noise_cv: dict[str, float] = {}
     noise_source: dict[str, str] = {}

@@ -87,28 +87,11 @@ def plan(req: RetrainRequest, settings: Settings, models_dir: Path | None = None
         workloads = grid.select(list(req.workloads or []))
     except GraphmodeError as exc:
         raise RequestFieldError("workloads", str(exc)) from None
-    return ProfileConfig(
-        command=command,
-        vllm_args=list(req.vllm_args),
-        modes=list(dict.fromkeys(req.modes or list(CudaGraphMode))),
-        workloads=workloads,
-        dataset=settings.profile.dataset,  # retrain() puts it under models_dir/_profiles/<key>.sqlite
-        log_dir=settings.profile.log_dir,
-        host=settings.vllm.host,
-        port=req.port or settings.vllm.port,
-        resume=req.resume,
-        repeats=req.repeats,
-        scrape_interval_s=settings.profile.scrape_interval_s,
-        startup_timeout_s=settings.vllm.startup_timeout_s,
-        stop_timeout_s=settings.vllm.stop_timeout_s,
-        connect_timeout_s=settings.vllm.connect_timeout_s,
-        read_timeout_s=settings.vllm.read_timeout_s,
-    )
-
-
-def planned_cells(config: ProfileConfig) -> int:
-    per_mode = sum(config.repeats if config.repeats is not None else w.repeats for w in config.workloads)
-    return per_mode * len(config.modes)
+    return ProfileConfig.from_settings(
+        settings, command=command, vllm_args=list(req.vllm_args),
+        modes=list(dict.fromkeys(req.modes or list(CudaGraphMode))), workloads=workloads,
+        port=req.port, resume=req.resume, repeats=req.repeats,
+    )  # the dataset: retrain() puts it under models_dir/_profiles/<key>.sqlite
 
 
 class JobReporter:

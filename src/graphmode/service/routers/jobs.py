@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Path, Response
 
 from graphmode.service.deps import StateDep, TokenDep
 from graphmode.service.jobs import JobBusy
-from graphmode.service.retrain import RequestFieldError, make_work, plan, planned_cells
+from graphmode.service.retrain import RequestFieldError, make_work, plan
 from graphmode.service.schemas import JobList, JobStatus, RetrainRequest
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[TokenDep])
@@ -44,7 +44,7 @@ async def start_retrain(body: RetrainRequest, state: StateDep, response: Respons
             "retrain",
             body.model_dump(mode="json", exclude_unset=True),
             make_work(config, body, state),
-            planned=planned_cells(config),
+            planned=config.planned_cells,
         )
     except JobBusy as exc:
         raise HTTPException(status_code=409, detail=f"{exc}: one job at a time") from None
