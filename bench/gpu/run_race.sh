@@ -28,7 +28,7 @@ assign=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do assign+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 work="${GM_WORK:-/tmp/gmr}"; mkdir -p "$work"
-py="${GM_PYTHON:-python3}"  # GM_PYTHON / GM_VLLM_CMD: a local smoke test against bench/fake_vllm.py
+py="${GM_PYTHON:-python3}"  # GM_PYTHON / GM_VLLM_CMD: a local smoke test against tests/support/fake_vllm.py
 vllm_cmd="${GM_VLLM_CMD:-python3 -m vllm.entrypoints.openai.api_server}"
 export PYTHONPATH="/tmp/site:$PWD/src" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
 running() { [ -f "$work/$1.pid" ] && kill -0 "$(cat "$work/$1.pid")" 2>/dev/null; }

@@ -1,7 +1,7 @@
 """Issue 12 (hardening) through a real uvicorn on loopback: large numbers, lone surrogates, typed
 served_model_config, a clean 500 on a connection that stays usable, /metrics-only scrapes that never
 quote what they fetched, the open window cap and the 429 of full scrape slots, two retrain jobs in a row
-through the real ``graphmode.selector.retrain`` against ``bench/fake_vllm.py``, cancel and SIGTERM that
+through the real ``graphmode.selector.retrain`` against ``tests/support/fake_vllm.py``, cancel and SIGTERM that
 stop the job's engine, slow clients (raw sockets), grid files, and strict numbers."""
 
 from __future__ import annotations
@@ -40,18 +40,13 @@ from tests.integration.test_service_uvicorn import (  # noqa: F401 (models_dir i
     _settings,
     models_dir,
 )
+from tests.support.net import free_port
 from tests.unit.test_service_hardening import FAKE_ENGINE, alive, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-FAKE_VLLM = REPO / "bench" / "fake_vllm.py"
+FAKE_VLLM = REPO / "tests" / "support" / "fake_vllm.py"
 TINY_LLAMA = REPO / "tests" / "fixtures" / "tiny-llama"
 SECRET = "TOP-SECRET-7f3a9c"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class BoundedUvicornThread(UvicornThread):
@@ -319,7 +314,7 @@ def _tiny_grid(names: list[str]) -> dict[str, Any]:
 
 @pytest.mark.timeout(300)
 def test_two_retrain_jobs_in_a_row_through_the_real_retrain(models_dir: Path, tmp_path: Path) -> None:  # noqa: F811
-    """No stand-in for graphmode.selector.retrain: the job profiles bench/fake_vllm.py and trains; the
+    """No stand-in for graphmode.selector.retrain: the job profiles tests/support/fake_vllm.py and trains; the
     second job (resuming: nothing left to profile) must find ``retrain`` still a function."""
     root = tmp_path / "models"
     shutil.copytree(models_dir, root)

@@ -1,4 +1,4 @@
-"""Races against ``bench/fake_vllm.py`` servers: verdicts, an engine killed mid-race, resume, budget.
+"""Races against ``tests/support/fake_vllm.py`` servers: verdicts, an engine killed mid-race, resume, budget.
 
 The fake's step time depends on the mode (NONE 4.0 ms, FULL and the default 2.2 ms), so NONE is worse on
 ITL p50 by ~1.8× and must be decided and stopped after the minimum of rounds.
@@ -74,7 +74,7 @@ def test_none_is_worse_and_its_engine_stops(tmp_path: Path, store: ProfileStore)
     assert len({rnd for rnd, _ in by_round}) == len(by_round)
     assert {w for _, w in by_round} == {"w-decode", "w-prefill"}
     # bench/profile_cost.py --compare reads the race's cost back from its dataset
-    spec = importlib.util.spec_from_file_location("profile_cost", FAKE_VLLM.parent / "profile_cost.py")
+    spec = importlib.util.spec_from_file_location("profile_cost", FAKE_VLLM.parents[2] / "bench" / "profile_cost.py")
     assert spec is not None and spec.loader is not None
     cost_mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = cost_mod  # its dataclasses look their module up
