@@ -11,7 +11,6 @@ from rich.console import Console
 from graphmode.core.errors import ConfigError, GraphmodeError
 from graphmode.core.modes import CudaGraphMode, parse_mode
 
-EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_PARTIAL = 3  # the job finished but some cells/requests failed

@@ -4,26 +4,19 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from graphmode.cli.common import EXIT_PARTIAL, handle_errors, parse_modes, vllm_invocation
-from graphmode.core.dataset import ProfileStore
-from graphmode.core.modes import CudaGraphMode
-from graphmode.core.records import CellRecord, StartupInfo
-from graphmode.core.settings import load_settings
-from graphmode.profiling.grid import Workload, load_grid
-from graphmode.profiling.runner import ProfileConfig, Profiler
+
+if TYPE_CHECKING:  # the profiler's modules load when `graphmode profile` runs, not for --help
+    from rich.progress import Progress, TaskID
+
+    from graphmode.core.modes import CudaGraphMode
+    from graphmode.core.records import CellRecord, StartupInfo
+    from graphmode.profiling.grid import Workload
 
 console = Console(stderr=True)
 
@@ -87,6 +80,20 @@ def register(app: typer.Typer) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; start nothing."),
     ) -> None:
         """Start vLLM once per mode and run the workload grid against it; append one row per cell."""
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        from graphmode.core.dataset import ProfileStore
+        from graphmode.core.settings import load_settings
+        from graphmode.profiling.grid import load_grid
+        from graphmode.profiling.runner import ProfileConfig, Profiler
+
         with handle_errors():
             s = load_settings()
             grid_path = grid or s.profile.grid

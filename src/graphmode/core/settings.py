@@ -44,7 +44,6 @@ class ProfileSettings(BaseModel):
     dataset: Path = Path("profile.sqlite")
     scrape_interval_s: float = Field(default=0.5, gt=0)
     log_dir: Path = Path("graphmode-logs")
-    gpu_sample_interval_s: float = Field(default=0.5, gt=0)
 
 
 class SelectorSettings(BaseModel):
