@@ -11,7 +11,6 @@ import typer
 from rich.console import Console
 
 from graphmode.cli.common import handle_errors
-from graphmode.core.settings import load_settings
 
 console = Console(stderr=True)
 
@@ -66,6 +65,8 @@ def register(app: typer.Typer) -> None:
             import uvicorn
 
             from graphmode.selector import model_card
+
+            from graphmode.core.settings import load_settings
 
             s = load_settings()
             bind = host or s.service.host
