@@ -64,9 +64,8 @@ def register(app: typer.Typer) -> None:
         with handle_errors():
             import uvicorn
 
-            from graphmode.selector import model_card
-
             from graphmode.core.settings import load_settings
+            from graphmode.selector import model_card
 
             s = load_settings()
             bind = host or s.service.host
