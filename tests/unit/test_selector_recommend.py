@@ -7,6 +7,7 @@ what vLLM does.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,9 @@ def rec(registry: Path) -> Recommender:
 
 
 def test_recommend_from_description(rec: Recommender) -> None:
+    t0 = time.perf_counter()
     ans = rec.recommend(WorkloadDescription(rate=8, burstiness=0.5, input_tokens=512, output_tokens=128))
+    wall_ms = (time.perf_counter() - t0) * 1e3
     assert isinstance(ans, Recommendation)
     assert ans.mode in MODES and ans.features_source == "description"
     assert json.loads(ans.compilation_config) == {"cudagraph_mode": ans.mode}
@@ -77,7 +80,8 @@ def test_recommend_from_description(rec: Recommender) -> None:
     assert ans.confidence.level == "low"  # synthetic model, always
     if ans.mode == ans.default_mode:
         assert ans.gain_vs_default_pct == 0.0 and not ans.gain_significant
-    assert ans.elapsed_ms is not None and ans.elapsed_ms < 50
+    # the answer times itself (its speed is bench/recommend_latency.py's business, not a test's)
+    assert ans.elapsed_ms is not None and 0 < ans.elapsed_ms <= wall_ms
 
 
 def test_new_objectives_need_no_retraining(rec: Recommender) -> None:

@@ -58,6 +58,7 @@ class TableAnswer:
 def build_table(rec: Recommender, descriptions: Sequence[WorkloadDescription],
                 objectives: Sequence[Objective]) -> dict[str, Any]:
     """The table for ``rec`` over the grid spanned by ``descriptions`` (the profiled workloads)."""
+    from graphmode.core.errors import ObjectiveError
     from graphmode.selector.card import ARTIFACT_FILE
     from graphmode.selector.describe import WorkloadDescription
 
@@ -71,10 +72,16 @@ def build_table(rec: Recommender, descriptions: Sequence[WorkloadDescription],
         desc = WorkloadDescription(**dict(zip(AXES, point, strict=True)))
         feats = rec.describe(desc)  # one description, every objective
         for o in objectives:
-            ans = rec.recommend(feats, o, source="description")
+            col = answers[o.describe()]
+            try:
+                ans = rec.recommend(feats, o, source="description")
+            except ObjectiveError:  # no mode predicts the metric here: the full model answers, or says why
+                col["mode"].append(-1)
+                col["value"].append(None)
+                col["default_value"].append(None)
+                continue
             default = next((p.objective_value for p in ans.predictions if p.mode == ans.default_mode), None)
             common = set(ans.warnings) if common is None else common & set(ans.warnings)
-            col = answers[o.describe()]
             col["mode"].append(modes.index(ans.mode))
             col["value"].append(_round(ans.predicted_value))
             col["default_value"].append(_round(default))
@@ -137,6 +144,9 @@ def lookup(table: dict[str, Any], desc: WorkloadDescription, objective: str) -> 
         index += i * stride
         stride *= len(values)
         point[a] = values[i]
-    return TableAnswer(table["modes"][col["mode"][index]], col["value"][index], col["default_value"][index],
+    mode = col["mode"][index]
+    if mode < 0:
+        return None
+    return TableAnswer(table["modes"][mode], col["value"][index], col["default_value"][index],
                        {a: point[a] for a in AXES})
 
