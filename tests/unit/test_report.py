@@ -490,6 +490,21 @@ def test_cli(dataset: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "x.html").exists()
 
 
+def test_the_report_builds_on_the_bundled_datasets_and_the_committed_summary_is_current(tmp_path: Path) -> None:
+    """The HTML report is not committed; CI builds it from models/profiles/ with the bundled model, and the
+    committed docs/report-summary.md must be what that build writes."""
+    bundled_model()
+    out, summary = tmp_path / "report.html", tmp_path / "summary.md"
+    r = CliRunner().invoke(app, ["report", "--models-dir", str(MODELS), "--out", str(out), "--grid-points", "4",
+                                 "--summary", str(summary)])
+    assert r.exit_code == 0, r.output
+    assert "3 shapes, 1080 ok cells, 0 failed" in " ".join(r.output.split())
+    assert out.stat().st_size > 1_000_000 and "nvidia-h200-vllm0.24.0" in out.read_text(encoding="utf-8")
+    committed = REPO / "docs" / "report-summary.md"
+    assert summary.read_text(encoding="utf-8") == committed.read_text(encoding="utf-8"), (
+        "docs/report-summary.md is stale: bench/report_screenshot.sh (or graphmode report --summary) rewrites it")
+
+
 def test_the_cli_does_not_import_plotly() -> None:
     code = "import sys, graphmode.cli.main; sys.exit('plotly' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
