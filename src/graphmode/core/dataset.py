@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -197,54 +197,3 @@ class ProfileStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def _compact(path: Path) -> None:
-    """A single-file, vacuumed SQLite database, as committed under models/."""
-    with sqlite3.connect(path) as d:
-        d.execute("PRAGMA journal_mode=DELETE")
-        d.execute("VACUUM")
-
-
-def copy_sqlite(src: Path, dst: Path, *, profile_key: str | None = None) -> None:
-    """A consistent copy of a (possibly live) dataset, optionally keeping one profile key's rows only."""
-    tmp = dst.with_suffix(".sqlite.tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        with sqlite3.connect(f"file:{src}?mode=ro", uri=True) as s, sqlite3.connect(tmp) as d:
-            s.backup(d)
-            if profile_key:
-                d.execute("DELETE FROM cells WHERE profile_key != ?", (profile_key,))
-                d.commit()
-        _compact(tmp)
-    except sqlite3.Error as exc:
-        tmp.unlink(missing_ok=True)
-        raise DatasetError(f"cannot copy {src} to {dst}: {exc}") from exc
-    tmp.replace(dst)
-
-
-def merge_sqlite(sources: Sequence[Path], dst: Path, *, profile_key: str | None = None) -> None:
-    """One dataset holding the rows of several (row ids renumbered); columns missing in one read NULL."""
-    tmp = dst.with_suffix(".sqlite.tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        with ProfileStore(tmp) as out:  # creates the current schema
-            del out
-        d = sqlite3.connect(f"file:{tmp}", uri=True, isolation_level=None)
-        try:
-            have = [r[1] for r in d.execute("PRAGMA table_info(cells)") if r[1] != "id"]
-            for i, src in enumerate(sources):
-                d.execute(f"ATTACH DATABASE ? AS s{i}", (f"file:{src}?mode=ro",))
-                theirs = {r[1] for r in d.execute(f"PRAGMA s{i}.table_info(cells)")}
-                cols = [c for c in have if c in theirs]
-                names = ", ".join(f'"{c}"' for c in cols)
-                where = " WHERE profile_key = ?" if profile_key else ""
-                d.execute(f"INSERT INTO cells ({names}) SELECT {names} FROM s{i}.cells{where} ORDER BY id",
-                          (profile_key,) if profile_key else ()).close()
-                d.execute(f"DETACH DATABASE s{i}")
-        finally:
-            d.close()
-        _compact(tmp)
-    except sqlite3.Error as exc:
-        tmp.unlink(missing_ok=True)
-        raise DatasetError(f"cannot merge {', '.join(map(str, sources))} into {dst}: {exc}") from exc
-    tmp.replace(dst)

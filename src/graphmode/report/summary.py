@@ -22,7 +22,7 @@ def summary_markdown(data: ReportData, model: LoadedModel | None, command: str) 
     lines = [
         "# graphmode report summary",
         "",
-        f"Built by `{command}` from {', '.join(d.path.name for d in data.datasets)} ({data.n_ok} ok cells, "
+        f"Built by `{command}` from {', '.join(sorted(d.path.name for d in data.datasets))} ({data.n_ok} ok cells, "
         f"{len(data.failed)} failed)" + (f" and model `{model.model_id}`." if model else "."),
         "The HTML report (figures, decision map, noise, per-workload tables) is not committed: "
         "`graphmode report` builds it.",
