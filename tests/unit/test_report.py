@@ -463,7 +463,7 @@ def test_bad_model_dirs_are_model_errors(dataset: Path, tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="no model folder"):
         load_model(tmp_path / "nowhere")
     broken = tmp_path / "badcv"
-    shutil.copytree(bundled_model(), broken, ignore=shutil.ignore_patterns("dataset.sqlite"))
+    shutil.copytree(bundled_model(), broken)
     (broken / "cv.json").write_text("{not json")
     with pytest.raises(ModelError, match="cross-validation report"):
         load_model(broken)
