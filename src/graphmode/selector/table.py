@@ -58,6 +58,8 @@ class TableAnswer:
 def build_table(rec: Recommender, descriptions: Sequence[WorkloadDescription],
                 objectives: Sequence[Objective]) -> dict[str, Any]:
     """The table for ``rec`` over the grid spanned by ``descriptions`` (the profiled workloads)."""
+    import numpy as np
+
     from graphmode.core.errors import ObjectiveError
     from graphmode.selector.card import ARTIFACT_FILE
     from graphmode.selector.describe import WorkloadDescription
@@ -68,23 +70,23 @@ def build_table(rec: Recommender, descriptions: Sequence[WorkloadDescription],
         o.describe(): {"mode": [], "value": [], "default_value": []} for o in objectives
     }
     common: set[str] | None = None  # warnings every answer carries are the model's, not the input's
-    for point in product(*(axes[a] for a in AXES)):
-        desc = WorkloadDescription(**dict(zip(AXES, point, strict=True)))
-        feats = rec.describe(desc)  # one description, every objective
-        for o in objectives:
-            col = answers[o.describe()]
-            try:
-                ans = rec.recommend(feats, o, source="description")
-            except ObjectiveError:  # no mode predicts the metric here: the full model answers, or says why
-                col["mode"].append(-1)
-                col["value"].append(None)
-                col["default_value"].append(None)
-                continue
-            default = next((p.objective_value for p in ans.predictions if p.mode == ans.default_mode), None)
-            common = set(ans.warnings) if common is None else common & set(ans.warnings)
-            col["mode"].append(modes.index(ans.mode))
-            col["value"].append(_round(ans.predicted_value))
-            col["default_value"].append(_round(default))
+    with np.errstate(over="ignore"):  # grid corners beyond the data may extrapolate to inf: no mode there
+        for point in product(*(axes[a] for a in AXES)):
+            feats = rec.describe(WorkloadDescription(**dict(zip(AXES, point, strict=True))))  # every objective
+            for o in objectives:
+                col = answers[o.describe()]
+                try:
+                    ans = rec.recommend(feats, o, source="description")
+                except ObjectiveError:  # no mode predicts the metric here: the full model answers, or says why
+                    col["mode"].append(-1)
+                    col["value"].append(None)
+                    col["default_value"].append(None)
+                    continue
+                default = next((p.objective_value for p in ans.predictions if p.mode == ans.default_mode), None)
+                common = set(ans.warnings) if common is None else common & set(ans.warnings)
+                col["mode"].append(modes.index(ans.mode))
+                col["value"].append(_round(ans.predicted_value))
+                col["default_value"].append(_round(default))
     return {
         "schema": TABLE_SCHEMA,
         "model_id": rec.model_id,
