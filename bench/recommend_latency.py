@@ -22,6 +22,11 @@ the server, was the bottleneck), the server's p99 (upper bound of its /metrics h
 inside the app) and mean, its CPU use and the machine's 1-minute load average (other work on the box
 shows up there). Also: in-process ``Recommender.recommend`` time,
 p50/p99 over ``--calls`` calls, for an observed-features input and a workload description.
+
+Every rate runs twice on the same server, back to back: first against ``POST /bench/bare`` (the same app,
+middleware, request body and schema validation, and a constant answer: no model), then against
+``/v1/recommend``. The ratio of their p99s is what the model adds over the box's floor for this server
+stack; the target is at most 1.5x at 500 req/s.
 """
 
 from __future__ import annotations
@@ -77,6 +82,14 @@ models_dir, model_id, port, threadpool = sys.argv[1], sys.argv[2] or None, int(s
 http, loop = sys.argv[5], sys.argv[6]
 app = create_app(Settings(), models_dir=Path(models_dir), model_id=model_id, target=None,
                  recommend_in_threadpool=threadpool)
+
+from fastapi import Response
+from graphmode.service.schemas import RecommendRequest
+
+@app.post("/bench/bare")
+async def bare(body: RecommendRequest) -> Response:  # the same stack, body and validation; no model
+    return Response(b'{"mode":"FULL_AND_PIECEWISE"}', media_type="application/json")
+
 uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, http=http, loop=loop)
 """
 
@@ -138,11 +151,12 @@ class RunStats:
 class LoadGen:
     """Open-loop HTTP/1.1 keep-alive load over raw asyncio streams."""
 
-    def __init__(self, host: str, port: int, bodies: list[bytes], max_connections: int, timeout_s: float) -> None:
+    def __init__(self, host: str, port: int, bodies: list[bytes], max_connections: int, timeout_s: float,
+                 path: str = "/v1/recommend") -> None:
         self.host, self.port = host, port
         self.requests = [
             (
-                f"POST /v1/recommend HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(b)}\r\n\r\n"
             ).encode()
             + b
@@ -435,6 +449,36 @@ def _fmt(v: float | None, nd: int = 2) -> str:
     return "-" if v is None else f"{v:.{nd}f}"
 
 
+TARGET_RATIO, TARGET_RPS = 1.5, 500.0
+
+
+def ratios(results: list[RateResult]) -> list[dict[str, Any]]:
+    """Per variant and rate: p99 of /v1/recommend over p99 of the bare endpoint in the same run."""
+    bare = {(r.variant.removesuffix(" bare"), r.target_rps): r for r in results if r.variant.endswith(" bare")}
+    out = []
+    for r in results:
+        b = bare.get((r.variant, r.target_rps))
+        if b is None or r.variant.endswith(" bare"):
+            continue
+        ratio = r.p99_ms / b.p99_ms if r.p99_ms and b.p99_ms else None
+        out.append({"variant": r.variant, "target_rps": r.target_rps, "bare_p99_ms": b.p99_ms,
+                    "recommend_p99_ms": r.p99_ms, "ratio": ratio})
+    return out
+
+
+def ratio_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| variant | target req/s | bare p99 ms | recommend p99 ms | ratio |", "|---|---|---|---|---|"]
+    for x in rows:
+        lines.append(f"| {x['variant']} | {x['target_rps']:g} | {_fmt(x['bare_p99_ms'])} | "
+                     f"{_fmt(x['recommend_p99_ms'])} | {_fmt(x['ratio'])} |")
+    for x in rows:
+        if x["target_rps"] == TARGET_RPS and x["ratio"] is not None:
+            verdict = "meets" if x["ratio"] <= TARGET_RATIO else "MISSES"
+            lines.append(f"{x['variant']} {verdict} the target p99 <= {TARGET_RATIO:g}x bare at "
+                         f"{TARGET_RPS:g} req/s ({x['ratio']:.2f}x)")
+    return "\n".join(lines)
+
+
 def table(results: list[RateResult]) -> str:
     head = (
         "| variant | target req/s | achieved req/s | sent | errors | p50 ms | p90 ms | p99 ms | max ms "
@@ -453,50 +497,64 @@ def table(results: list[RateResult]) -> str:
     return "\n".join(lines)
 
 
+BARE = "/bench/bare"
+
+
 async def drive(server: Server, variant: str, args: argparse.Namespace, bodies: list[bytes]) -> list[RateResult]:
-    gen = LoadGen("127.0.0.1", server.port, bodies, args.connections, args.timeout)
-    await gen.run(min(100.0, args.rates[0]), args.warmup, "uniform", 0)  # warm-up: connections, caches
+    """Each rate against the bare endpoint, then against /v1/recommend, back to back on one server."""
+    gens = {path: LoadGen("127.0.0.1", server.port, bodies, args.connections, args.timeout, path)
+            for path in (BARE, "/v1/recommend")}
+    for gen in gens.values():
+        await gen.run(min(100.0, args.rates[0]), args.warmup, "uniform", 0)  # warm-up: connections, caches
     results = []
     for k, rate in enumerate(args.rates):
-        s0, c0, b0 = _server_stats(server.port)
-        cpu0, w0, g0, box0 = _cpu_seconds(server.proc.pid), time.monotonic(), time.process_time(), _box_cpu()
-        st = await gen.run(rate, args.duration, args.arrivals, args.seed + k)
-        cpu1, w1, g1, box1 = _cpu_seconds(server.proc.pid), time.monotonic(), time.process_time(), _box_cpu()
-        s1, c1, b1 = _server_stats(server.port)
-        lat = st.latencies
-        r = RateResult(
-            variant=variant,
-            target_rps=rate,
-            duration_s=args.duration,
-            sent=st.sent,
-            ok=len(lat),
-            errors=st.sent - len(lat),
-            achieved_rps=len(lat) / st.wall_s if st.wall_s > 0 else 0.0,
-            connections=gen.opened,
-            error_kinds=st.errors,
-        )
-        if lat:
-            r.p50_ms, r.p90_ms, r.p99_ms = (_pct(lat, q) * 1e3 for q in (50, 90, 99))  # type: ignore[operator]
-            r.max_ms = max(lat) * 1e3
-            r.p99_from_send_ms = (_pct(st.from_send, 99) or 0.0) * 1e3
-        r.lag_p99_ms = (_pct(st.lags, 99) or 0.0) * 1e3
-        q99 = _bucket_quantile(b0, b1, 0.99)
-        r.server_p99_le_ms = None if q99 is None else q99 * 1e3
-        if c1 > c0:
-            r.server_mean_ms = (s1 - s0) / (c1 - c0) * 1e3
-        if cpu0 is not None and cpu1 is not None:
-            r.server_cpu_pct = (cpu1 - cpu0) / (w1 - w0) * 100
-        r.gen_cpu_pct = (g1 - g0) / (w1 - w0) * 100
-        if box0 is not None and box1 is not None and r.server_cpu_pct is not None:
-            busy = (box1[0] - box0[0]) / (w1 - w0) * 100
-            r.other_cpu_pct = max(0.0, busy - r.server_cpu_pct - r.gen_cpu_pct)
-            r.steal_pct = (box1[1] - box0[1]) / (w1 - w0) * 100
-        with contextlib.suppress(OSError):
-            r.loadavg_1m = os.getloadavg()[0]
-        results.append(r)
-        print(table([r]).splitlines()[-1], flush=True)
-    await gen.close()
+        for path, gen in gens.items():
+            results.append(await _one_rate(server, f"{variant} bare" if path == BARE else variant, gen,
+                                           rate, args, k))
+            print(table([results[-1]]).splitlines()[-1], flush=True)
+    for gen in gens.values():
+        await gen.close()
     return results
+
+
+async def _one_rate(server: Server, variant: str, gen: LoadGen, rate: float, args: argparse.Namespace,
+                    k: int) -> RateResult:
+    s0, c0, b0 = _server_stats(server.port)
+    cpu0, w0, g0, box0 = _cpu_seconds(server.proc.pid), time.monotonic(), time.process_time(), _box_cpu()
+    st = await gen.run(rate, args.duration, args.arrivals, args.seed + k)
+    cpu1, w1, g1, box1 = _cpu_seconds(server.proc.pid), time.monotonic(), time.process_time(), _box_cpu()
+    s1, c1, b1 = _server_stats(server.port)
+    lat = st.latencies
+    r = RateResult(
+        variant=variant,
+        target_rps=rate,
+        duration_s=args.duration,
+        sent=st.sent,
+        ok=len(lat),
+        errors=st.sent - len(lat),
+        achieved_rps=len(lat) / st.wall_s if st.wall_s > 0 else 0.0,
+        connections=gen.opened,
+        error_kinds=st.errors,
+    )
+    if lat:
+        r.p50_ms, r.p90_ms, r.p99_ms = (_pct(lat, q) * 1e3 for q in (50, 90, 99))  # type: ignore[operator]
+        r.max_ms = max(lat) * 1e3
+        r.p99_from_send_ms = (_pct(st.from_send, 99) or 0.0) * 1e3
+    r.lag_p99_ms = (_pct(st.lags, 99) or 0.0) * 1e3
+    q99 = _bucket_quantile(b0, b1, 0.99)
+    r.server_p99_le_ms = None if q99 is None else q99 * 1e3
+    if c1 > c0:
+        r.server_mean_ms = (s1 - s0) / (c1 - c0) * 1e3
+    if cpu0 is not None and cpu1 is not None:
+        r.server_cpu_pct = (cpu1 - cpu0) / (w1 - w0) * 100
+    r.gen_cpu_pct = (g1 - g0) / (w1 - w0) * 100
+    if box0 is not None and box1 is not None and r.server_cpu_pct is not None:
+        busy = (box1[0] - box0[0]) / (w1 - w0) * 100
+        r.other_cpu_pct = max(0.0, busy - r.server_cpu_pct - r.gen_cpu_pct)
+        r.steal_pct = (box1[1] - box0[1]) / (w1 - w0) * 100
+    with contextlib.suppress(OSError):
+        r.loadavg_1m = os.getloadavg()[0]
+    return r
 
 
 def main() -> int:
@@ -599,6 +657,7 @@ def main() -> int:
         "arrivals": args.arrivals,
         "in_process": inproc,
         "results": [asdict(r) for r in results],
+        "p99_vs_bare": ratios(results),
     }
     print()
     print(f"date: {report['date']}\nmachine: {report['machine']}\ncommand: {report['command']}")
@@ -608,6 +667,8 @@ def main() -> int:
     )
     print()
     print(table(results))
+    print()
+    print(ratio_table(report["p99_vs_bare"]))
     errs = {f"{r.variant}@{r.target_rps:g}": r.error_kinds for r in results if r.error_kinds}
     if errs:
         print(f"errors: {errs}")

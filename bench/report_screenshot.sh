@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Regenerate docs/report.html (graphmode report: models/profiles/*.sqlite + the bundled default model)
-# and its first-screen screenshot docs/report-first-screen.png (headless Debian chromium, 1440x1000).
+# Build the report (graphmode report: models/profiles/*.sqlite + the bundled default model) into
+# build/report.html (not committed), regenerate the committed docs/report-summary.md and the first-screen
+# screenshot docs/report-first-screen.png (headless Debian chromium, 1440x1000).
 # usage: bench/report_screenshot.sh [extra `graphmode report` options, e.g. --dataset D --model-dir M]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=docs/report.html; png=docs/report-first-screen.png
-mkdir -p docs
-"${GRAPHMODE:-.venv/bin/graphmode}" report --out "$out" "$@"
+out=build/report.html; png=docs/report-first-screen.png
+mkdir -p build docs
+"${GRAPHMODE:-.venv/bin/graphmode}" report --out "$out" --summary docs/report-summary.md "$@"
 browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 if [ -z "$browser" ]; then echo "no chromium found (apt-get install -y chromium): report only" >&2; exit 0; fi
 profile=$(mktemp -d); trap 'rm -rf "$profile"' EXIT

@@ -164,3 +164,21 @@ def test_cli_uses_persisted_features_then_workload(models: Path, tmp_path: Path)
 
 def test_run_child_returns_status() -> None:
     assert run_child([sys.executable, "-c", "raise SystemExit(3)"]) == 3
+
+
+HEAVY = ("sklearn", "skops", "fastapi", "httpx", "uvicorn", "graphmode.profiling.runner")
+
+
+def test_help_and_a_described_launch_keep_heavy_stacks_off_the_import_path(models: Path) -> None:
+    """`graphmode --help` and `launch --dry-run` with a description answer from JSON (decision table)."""
+    import subprocess
+
+    code = ("import sys\nfrom graphmode.cli.main import app\n"
+            "try:\n    app(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))\n")
+    launch = ["launch", "--dry-run", "--models-dir", str(models), "--rate", "8", "--input-tokens", "512",
+              "--output-tokens", "128", "--", "--model", "m"]
+    for argv in (["--help"], launch):
+        r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True)
+        assert "HEAVY []" in r.stdout, (argv, r.stdout[-300:], r.stderr[-300:])
+    assert "decision table" in r.stderr

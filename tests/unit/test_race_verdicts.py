@@ -14,9 +14,9 @@ from graphmode.profiling.sequential import SequentialRule
 from graphmode.selector.featurize import shape_key
 from graphmode.selector.objective import make_objective
 from graphmode.selector.recommend import Recommender
-from tests.support.synthetic import write_synthetic_dataset
 from graphmode.selector.train import train
 from graphmode.selector.verdicts import RaceVerdict, race_decision, race_verdicts
+from tests.support.synthetic import write_synthetic_dataset
 
 D = DEFAULT_MODE.value
 

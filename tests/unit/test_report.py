@@ -463,7 +463,7 @@ def test_bad_model_dirs_are_model_errors(dataset: Path, tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="no model folder"):
         load_model(tmp_path / "nowhere")
     broken = tmp_path / "badcv"
-    shutil.copytree(bundled_model(), broken, ignore=shutil.ignore_patterns("dataset.sqlite"))
+    shutil.copytree(bundled_model(), broken)
     (broken / "cv.json").write_text("{not json")
     with pytest.raises(ModelError, match="cross-validation report"):
         load_model(broken)
@@ -488,6 +488,21 @@ def test_cli(dataset: Path, tmp_path: Path) -> None:
     r = runner.invoke(app, ["report", "--dataset", str(dataset), "--model-dir", str(tmp_path), "--no-model"])
     assert r.exit_code == 2
     assert not (tmp_path / "x.html").exists()
+
+
+def test_the_report_builds_on_the_bundled_datasets_and_the_committed_summary_is_current(tmp_path: Path) -> None:
+    """The HTML report is not committed; CI builds it from models/profiles/ with the bundled model, and the
+    committed docs/report-summary.md must be what that build writes."""
+    out, summary = tmp_path / "report.html", tmp_path / "summary.md"
+    # no --dataset: the report reads the files the model's card names (by path and sha256)
+    r = CliRunner().invoke(app, ["report", "--model-dir", str(bundled_model()), "--out", str(out),
+                                 "--grid-points", "4", "--summary", str(summary)])
+    assert r.exit_code == 0, r.output
+    assert "3 shapes, 1080 ok cells, 0 failed" in " ".join(r.output.split())
+    assert out.stat().st_size > 1_000_000 and "nvidia-h200-vllm0.24.0" in out.read_text(encoding="utf-8")
+    committed = REPO / "docs" / "report-summary.md"
+    assert summary.read_text(encoding="utf-8") == committed.read_text(encoding="utf-8"), (
+        "docs/report-summary.md is stale: bench/report_screenshot.sh (or graphmode report --summary) rewrites it")
 
 
 def test_the_cli_does_not_import_plotly() -> None:

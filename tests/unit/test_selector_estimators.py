@@ -8,16 +8,9 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.base import clone
-from sklearn.dummy import DummyClassifier
 from sklearn.utils.estimator_checks import check_estimator
 
-from graphmode.selector.estimators import (
-    CLASSIFIER_KINDS,
-    REGRESSOR_KINDS,
-    ColumnwiseRegressor,
-    compile_classifier,
-    make_classifier,
-)
+from graphmode.selector.estimators import REGRESSOR_KINDS, ColumnwiseRegressor
 
 
 @pytest.mark.parametrize("kind", ["ridge", "knn", "extra_trees"])
@@ -92,21 +85,3 @@ def test_single_output_predicts_1d() -> None:
     est = ColumnwiseRegressor().fit(X, 2 * X.ravel() + 1)
     assert est.predict(X).shape == (10,)
     np.testing.assert_allclose(est.predict(X), 2 * X.ravel() + 1, rtol=0.05)
-
-
-@pytest.mark.parametrize("kind", CLASSIFIER_KINDS)
-def test_compiled_classifier_matches_sklearn(kind: str) -> None:
-    rng = np.random.default_rng(2)
-    X = rng.normal(size=(40, 5))
-    y = np.array(["FULL", "NONE", "PIECEWISE"])[(X[:, 0] > 0).astype(int) + (X[:, 1] > 1).astype(int)]
-    clf = make_classifier(kind, len(set(y)), 0).fit(X, y)
-    f = compile_classifier(clf)
-    for x in rng.normal(size=(30, 5)):
-        np.testing.assert_allclose(f(x), clf.predict_proba(x[None, :])[0], atol=1e-12)
-
-
-def test_single_class_gets_a_constant_classifier() -> None:
-    clf = make_classifier("extra_trees", 1)
-    assert isinstance(clf, DummyClassifier)
-    clf.fit(np.zeros((3, 1)), np.array(["NONE"] * 3))
-    assert compile_classifier(clf)(np.zeros(1)).tolist() == [1.0]

@@ -7,10 +7,10 @@ what vLLM does.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -58,7 +58,9 @@ def rec(registry: Path) -> Recommender:
 
 
 def test_recommend_from_description(rec: Recommender) -> None:
+    t0 = time.perf_counter()
     ans = rec.recommend(WorkloadDescription(rate=8, burstiness=0.5, input_tokens=512, output_tokens=128))
+    wall_ms = (time.perf_counter() - t0) * 1e3
     assert isinstance(ans, Recommendation)
     assert ans.mode in MODES and ans.features_source == "description"
     assert json.loads(ans.compilation_config) == {"cudagraph_mode": ans.mode}
@@ -75,11 +77,11 @@ def test_recommend_from_description(rec: Recommender) -> None:
         assert p.metrics["startup_s"] and p.metrics["graph_gib"] is not None
     assert ans.model_id == rec.model_id and ans.fingerprint_keys
     assert ans.synthetic_model and any("SYNTHETIC" in w for w in ans.warnings)
-    assert ans.classifier_mode in MODES and ans.classifier_agrees is not None
     assert ans.confidence.level == "low"  # synthetic model, always
     if ans.mode == ans.default_mode:
         assert ans.gain_vs_default_pct == 0.0 and not ans.gain_significant
-    assert ans.elapsed_ms is not None and ans.elapsed_ms < 50
+    # the answer times itself (its speed is bench/recommend_latency.py's business, not a test's)
+    assert ans.elapsed_ms is not None and 0 < ans.elapsed_ms <= wall_ms
 
 
 def test_new_objectives_need_no_retraining(rec: Recommender) -> None:
@@ -96,29 +98,12 @@ def test_new_objectives_need_no_retraining(rec: Recommender) -> None:
         ans = rec.recommend(feats, objective)
         assert ans.objective.metric in ("itl_p50", "ttft_p99", "output_tok_s", "e2e_p99")
         assert ans.predicted_value is not None
-        if objective != "itl_p50":
-            assert ans.classifier_mode is None  # the fast path is for the default objective only
     tight = rec.recommend(feats, make_objective("itl_p50", ["ttft_p99<=1us"]))
     assert not tight.constraints_met and all(p.status == "violates" for p in tight.predictions)
     no_graphs = rec.recommend(feats, make_objective("itl_p50", max_graph_gib=0.01))
     assert no_graphs.mode == "NONE" and no_graphs.constraints_met
     with pytest.raises(ObjectiveError):
         rec.recommend(feats, "goodput_p42")
-
-
-def test_classifier_fast_path_agrees_on_training_workloads(rec: Recommender) -> None:
-    card = rec.card
-    assert any("classifier agrees" in n for n in card.notes)
-    n_ok = n = 0
-    for x in rec.model.train_x:
-        feats = {name: None for name in ObservedFeatures.model_fields}
-        for i, name in enumerate(rec.spec.names):
-            feats[name] = float(np.expm1(x[i])) if rec.spec.transforms[i] == "log1p" else float(x[i])
-        ans = rec.recommend(feats)
-        n += 1
-        n_ok += bool(ans.classifier_agrees)
-        assert rec.fast_mode(feats) == ans.classifier_mode
-    assert n_ok / n >= 0.75
 
 
 def test_out_of_distribution_input_is_flagged(rec: Recommender) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -169,10 +168,10 @@ def test_shape_features_only_with_several_shapes() -> None:
 
 
 # ---------------------------------------------------------------- training, CV, card
-def test_train_saves_artifact_card_cv_and_dataset(trained: tuple[Path, Any]) -> None:
+def test_train_saves_artifact_card_cv_and_table_and_names_the_dataset(trained: tuple[Path, Any]) -> None:
     ds, res = trained
     out: Path = res.out_dir
-    assert {p.name for p in out.iterdir()} >= {"model.skops", "card.json", "cv.json", "dataset.sqlite"}
+    assert {p.name for p in out.iterdir()} == {"model.skops", "card.json", "cv.json", "table.json"}
     card = ModelCard.load(out)
     assert card.model_id == out.name and card.synthetic
     assert card.dataset.rows_used == len(_rows(ds)) == 6 * 5 * 2
@@ -200,8 +199,21 @@ def test_train_saves_artifact_card_cv_and_dataset(trained: tuple[Path, Any]) -> 
     assert card.artifacts[ARTIFACT_FILE].trusted_types
     assert set(card.artifacts[ARTIFACT_FILE].trusted_types) <= set(TRUSTED_TYPES)
     assert json.loads((out / "cv.json").read_text())["folds"] == len(SMALL)
-    with sqlite3.connect(out / "dataset.sqlite") as db:
-        assert db.execute("SELECT COUNT(*) FROM cells").fetchone()[0] == 60
+    [src] = card.dataset.sources
+    assert not Path(src.path).is_absolute() and src.resolve(out) == ds.resolve()
+    assert src.bytes == ds.stat().st_size and len(src.sha256) == 64
+
+
+def test_a_changed_or_missing_dataset_is_refused(tmp_path: Path, trained: tuple[Path, Any]) -> None:
+    _, res = trained
+    [src] = res.card.dataset.sources
+    moved = tmp_path / "models" / "m"
+    moved.mkdir(parents=True)
+    with pytest.raises(DatasetError, match="not readable"):
+        src.resolve(moved)
+    changed = src.model_copy(update={"sha256": "0" * 64})
+    with pytest.raises(DatasetError, match="changed since"):
+        changed.resolve(res.out_dir)
 
 
 def test_leave_one_workload_out_report(trained: tuple[Path, Any]) -> None:
@@ -209,14 +221,7 @@ def test_leave_one_workload_out_report(trained: tuple[Path, Any]) -> None:
     rep = res.report
     assert rep.folds == len(SMALL) and rep.skipped is None
     assert {c.kind for c in rep.regressor_candidates} == {"ridge", "knn", "extra_trees", "mean"}
-    assert {c.kind for c in rep.classifier_candidates} == {
-        "extra_trees",
-        "random_forest",
-        "gradient_boosting",
-        "decision_tree",
-        "knn",
-    }
-    assert rep.chosen_regressor in rep.reason and rep.chosen_classifier in rep.reason
+    assert rep.chosen_regressor in rep.reason
     default = rep.summaries[0]
     assert default.objective == "min itl_p50" and default.n == len(SMALL)
     assert default.static_mode in [m.value for m in CudaGraphMode]
@@ -226,7 +231,6 @@ def test_leave_one_workload_out_report(trained: tuple[Path, Any]) -> None:
         assert w.regret_pct is not None and w.regret_pct >= 0
         assert w.oracle in w.ties
         assert w.correct == (w.chosen in w.ties)
-    assert rep.classifier is not None and rep.classifier_agreement_pct is not None
     assert len(rep.summaries) == 4  # default + ttft_p99, e2e_p50, output_tok_s, from the same regressors
 
 
@@ -237,9 +241,8 @@ def test_forced_kinds_and_tiny_data(tmp_path: Path) -> None:
         repeats=1,
         modes=[CudaGraphMode.NONE, CudaGraphMode.FULL_AND_PIECEWISE],
     )
-    res = train(ds, tmp_path / "m", regressor="knn", classifier="decision_tree", copy_dataset=False)
+    res = train(ds, tmp_path / "m", regressor="knn")
     assert res.report.chosen_regressor == "knn" and res.report.folds == 2
-    assert res.card.dataset.file is None and not (tmp_path / "m" / "dataset.sqlite").exists()
     assert any("only 2 workloads" in n for n in res.card.notes)
     assert res.card.metrics["itl_p50"].noise_source.startswith("assumed")
     one = write_synthetic_dataset(tmp_path / "one.sqlite", workloads=small_workloads(SMALL[:1]), repeats=1)
@@ -380,44 +383,16 @@ def test_bad_card_is_a_model_error(trained: tuple[Path, Any], tmp_path: Path) ->
         Recommender.from_dir(folder)
 
 
-def test_classifier_is_distilled_from_the_regressors(trained: tuple[Path, Any]) -> None:
-    """The fast-path classifier learns the per-mode decision under the default objective (ties to the
-    default, as the recommender decides), so it agrees with it on the training points and nearby."""
-    from graphmode.selector.model import decided_modes, distill_points
-
-    _, res = trained
-    model, objective = res.model, res.card.default_objective
-    X = model.train_x
-    assert model.classify(X) == decided_modes(model, X, objective)
-    assert np.array_equal(distill_points(X, model.spec, 0), distill_points(X, model.spec, 0))  # deterministic
-    rng = np.random.default_rng(12345)
-    lo, hi = X.min(axis=0), X.max(axis=0)
-    P = rng.uniform(lo, hi, size=(500, X.shape[1]))
-    decided = decided_modes(model, P, objective)
-    agree = np.mean([c == d for c, d in zip(model.classify(P), decided, strict=True)])
-    assert agree >= 0.8, agree  # exact on the training points; a sample of the box is a wider net
-    assert res.report.classifier_agreement_pct is not None
-
-
 def test_one_dataset_per_shape_trains_one_model(tmp_path: Path) -> None:
-    """The campaign keeps one file per model shape; train merges them into one model and one dataset copy."""
+    """The campaign keeps one file per model shape; train merges their rows into one model and names both."""
     wls = small_workloads(SMALL[:4])
     a = write_synthetic_dataset(tmp_path / "a.sqlite", workloads=wls, repeats=1, shapes=(SHAPE_1B,))
     b = write_synthetic_dataset(tmp_path / "b.sqlite", workloads=wls, repeats=1, shapes=(SHAPE_05B,), seed=1)
     res = train([a, b], tmp_path / "both")
     assert len(res.card.shapes) == 2 and res.card.features.uses_shape
     assert res.training_set.n_rows == len(_rows(a)) + len(_rows(b))
-    assert " + " in res.card.dataset.source
-    merged = _rows(tmp_path / "both" / "dataset.sqlite")
-    assert len(merged) == len(_rows(a)) + len(_rows(b))
-    assert {r["fp_model_config_hash"] for r in merged} == {
-        r["fp_model_config_hash"] for r in _rows(a) + _rows(b)}
-    assert len({r["id"] for r in merged}) == len(merged)  # ids renumbered, none collide
-    with sqlite3.connect(tmp_path / "both" / "dataset.sqlite") as db:
-        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
-    # the merged copy is itself a dataset train accepts, and gives the same model id
-    again = train(tmp_path / "both" / "dataset.sqlite", tmp_path / "again", copy_dataset=False)
-    assert again.card.fingerprint_keys == res.card.fingerprint_keys
+    assert [s.resolve(res.out_dir) for s in res.card.dataset.sources] == [a.resolve(), b.resolve()]
+    assert not list((tmp_path / "both").glob("*.sqlite"))
     with pytest.raises(DatasetError, match="twice"):
         train([a, tmp_path / "." / "a.sqlite"], tmp_path / "dup")
     with pytest.raises(DatasetError, match="no dataset"):

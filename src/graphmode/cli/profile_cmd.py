@@ -4,25 +4,19 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from graphmode.cli.common import EXIT_PARTIAL, handle_errors, parse_modes, vllm_invocation
-from graphmode.core.dataset import ProfileStore
-from graphmode.core.modes import CudaGraphMode
-from graphmode.core.records import CellRecord, StartupInfo
-from graphmode.core.settings import load_settings
-from graphmode.profiling.grid import Workload, load_grid
+
+if TYPE_CHECKING:  # the profiler's modules load when `graphmode profile` runs, not for --help
+    from rich.progress import Progress, TaskID
+
+    from graphmode.core.modes import CudaGraphMode
+    from graphmode.core.records import CellRecord, StartupInfo
+    from graphmode.profiling.grid import Workload
 
 console = Console(stderr=True)
 
@@ -102,6 +96,19 @@ def register(app: typer.Typer) -> None:
         With --race, every mode's engine stays up side by side and the modes take turns per round until
         each is decided against vLLM's default (better / equivalent / worse) or the budget is spent.
         """
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        from graphmode.core.dataset import ProfileStore
+        from graphmode.core.settings import load_settings
+        from graphmode.profiling.grid import load_grid
+
         with handle_errors():
             from graphmode.profiling.runner import ProfileConfig, Profiler
 

@@ -106,12 +106,6 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
         f"{dist})" + (": " + "; ".join(c.reasons) if c.reasons else ""),
         highlight=False,
     )
-    if rec.classifier_mode is not None:
-        console.print(
-            f"[dim]fast-path classifier: {rec.classifier_mode} "
-            f"({'agrees' if rec.classifier_agrees else 'disagrees'})[/]",
-            highlight=False,
-        )
     console.print(
         f"[dim]model {rec.model_id} (fingerprint {', '.join(rec.fingerprint_keys)}, match: "
         f"{rec.fingerprint_match}); features from {rec.features_source}[/]",

@@ -20,8 +20,8 @@ def register(app: typer.Typer) -> None:
     def report(
         dataset: Annotated[
             list[Path] | None,
-            typer.Option("--dataset", help="Profile dataset (SQLite). Repeatable. "
-                                           "Default: <models-dir>/profiles/*.sqlite."),
+            typer.Option("--dataset", help="Profile dataset (SQLite). Repeatable. Default: the ones --model-dir "
+                                           "was trained on, else <models-dir>/profiles/*.sqlite."),
         ] = None,
         model_dir: Annotated[
             Path | None,
@@ -39,6 +39,9 @@ def register(app: typer.Typer) -> None:
             int, typer.Option("--grid-points", min=4, max=200, help="Decision-map grid points per axis.")
         ] = 36,
         title: Annotated[str | None, typer.Option("--title", help="Page title.")] = None,
+        summary: Annotated[Path | None, typer.Option(
+            "--summary", help="Also write a short Markdown summary (no timestamps), e.g. docs/report-summary.md."),
+        ] = None,
     ) -> None:
         """Write one HTML file (plotly inlined, opens offline): what was measured, which mode wins, the
         model's decision map, latency vs graph memory vs start-up, CV, noise and ties, failed cells."""
@@ -49,9 +52,21 @@ def register(app: typer.Typer) -> None:
             if no_model and model_dir is not None:
                 raise ConfigError("--no-model and --model-dir contradict each other")
             root = models_dir or default_models_dir()
-            paths, note = (list(dataset), None) if dataset else default_datasets(root)
+            if dataset:
+                paths, note = list(dataset), None
+            elif model_dir is not None and not no_model:
+                from graphmode.selector.card import ModelCard
+
+                paths, note = [s.resolve(model_dir) for s in ModelCard.load(model_dir).dataset.sources], None
+            else:
+                paths, note = default_datasets(root)
             res = build_report(paths, out, model_dir=model_dir, models_dir=root, use_model=not no_model,
                                grid_points=grid_points, title=title, notes=[note] if note else [])
+            if summary is not None:
+                from graphmode.report.summary import summary_markdown
+
+                summary.write_text(summary_markdown(res.data, res.model, "graphmode report --summary FILE"),
+                                   encoding="utf-8")
             for note in res.notes:
                 console.print(f"[yellow]note:[/] {note}", highlight=False)
             size = res.bytes / 1024 / 1024

@@ -11,7 +11,6 @@ import typer
 from rich.console import Console
 
 from graphmode.cli.common import handle_errors
-from graphmode.core.settings import load_settings
 
 console = Console(stderr=True)
 
@@ -67,6 +66,7 @@ def register(app: typer.Typer) -> None:
         with handle_errors():
             import uvicorn
 
+            from graphmode.core.settings import load_settings
             from graphmode.selector import model_card
 
             s = load_settings()

@@ -42,24 +42,17 @@ def print_report(report: CVReport, console: Console) -> None:
     t = Table(
         title=f"Candidates ({report.scheme}, {report.folds} folds, default objective)", title_justify="left"
     )
-    for col in ("estimator", "kind", "mean regret", "max regret", "correct", "log-RMSE", "agree", "µs/row"):
-        t.add_column(col, justify="left" if col in ("estimator", "kind") else "right")
-    for role, cands, chosen in (
-        ("regressor", report.regressor_candidates, report.chosen_regressor),
-        ("classifier", report.classifier_candidates, report.chosen_classifier),
-    ):
-        for c in cands:
-            mark = " ◀" if c.kind == chosen else ""
-            t.add_row(
-                role,
-                c.kind + mark,
-                _pct(c.mean_regret_pct),
-                _pct(c.max_regret_pct),
-                _pct(c.correct_pct),
-                "-" if c.mean_log_rmse is None else f"{c.mean_log_rmse:.3f}",
-                _pct(c.agreement_pct),
-                "-" if c.predict_us is None else f"{c.predict_us:.0f}",
-            )
+    for col in ("regressor", "mean regret", "max regret", "correct", "log-RMSE", "µs/row"):
+        t.add_column(col, justify="left" if col == "regressor" else "right")
+    for c in report.regressor_candidates:
+        t.add_row(
+            c.kind + (" ◀" if c.kind == report.chosen_regressor else ""),
+            _pct(c.mean_regret_pct),
+            _pct(c.max_regret_pct),
+            _pct(c.correct_pct),
+            "-" if c.mean_log_rmse is None else f"{c.mean_log_rmse:.3f}",
+            "-" if c.predict_us is None else f"{c.predict_us:.0f}",
+        )
     console.print(t)
     s = Table(
         title=f"Selector ({report.chosen_regressor} regressors) vs baselines, held-out workloads",
@@ -78,13 +71,7 @@ def print_report(report: CVReport, console: Console) -> None:
         "static's regret",
     ):
         s.add_column(col, justify="left" if col in ("objective", "static mode") else "right")
-    rows = list(report.summaries) + (
-        [report.classifier.model_copy(update={"objective": report.classifier.objective + " (classifier)"})]
-        if report.classifier
-        else []
-    )
-    rows += list(report.shape_cv)
-    for x in rows:
+    for x in [*report.summaries, *report.shape_cv]:
         s.add_row(
             x.objective,
             str(x.n),
@@ -178,32 +165,21 @@ def register(app: typer.Typer) -> None:
         regressor: Annotated[
             str, typer.Option("--regressor", help="auto|ridge|knn|extra_trees|mean")
         ] = "auto",
-        classifier: Annotated[
-            str,
-            typer.Option(
-                "--classifier", help="auto|extra_trees|random_forest|gradient_boosting|decision_tree|knn"
-            ),
-        ] = "auto",
         fingerprint: Annotated[
             str | None, typer.Option("--fingerprint", help="Train on rows of this fingerprint key only.")
         ] = None,
         profile_key: Annotated[
             str | None, typer.Option("--profile-key", help="Train on rows of this profile key only.")
         ] = None,
-        no_copy: Annotated[
-            bool, typer.Option("--no-copy-dataset", help="Do not copy the dataset into the folder.")
-        ] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print the model card as JSON.")] = False,
     ) -> None:
-        """Fit per-mode regressors and the best-mode classifier; print and save leave-one-workload-out CV."""
-        from graphmode.selector.estimators import CLASSIFIER_KINDS, REGRESSOR_KINDS
+        """Fit per-mode regressors; print and save leave-one-workload-out CV and the decision table."""
+        from graphmode.selector.estimators import REGRESSOR_KINDS
         from graphmode.selector.train import train as run_train
 
         with handle_errors():
             if regressor != "auto" and regressor not in REGRESSOR_KINDS:
                 raise ConfigError(f"--regressor must be auto or one of {', '.join(REGRESSOR_KINDS)}")
-            if classifier != "auto" and classifier not in CLASSIFIER_KINDS:
-                raise ConfigError(f"--classifier must be auto or one of {', '.join(CLASSIFIER_KINDS)}")
             obj = _objective(objective, constraint)
             res = run_train(
                 dataset,
@@ -211,10 +187,8 @@ def register(app: typer.Typer) -> None:
                 models_dir=models_dir,
                 objective=obj,
                 regressor=regressor,  # type: ignore[arg-type]
-                classifier=classifier,  # type: ignore[arg-type]
                 fingerprint_key=fingerprint,
                 profile_key=profile_key,
-                copy_dataset=not no_copy,
                 progress=lambda m: console.print(m, highlight=False),
             )
             _print_result(res, as_json)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import shlex
@@ -75,6 +74,8 @@ def register(app: typer.Typer) -> None:
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report what it would do.")] = False,
     ) -> None:
         """Scrape, recommend, and switch mode only when the gain beats the restart cost."""
+        import asyncio
+
         with handle_errors():
             asyncio.run(_watch(ctx.args, deployment_id, attach, attach_mode, listen, strategy, initial_mode,
                                api_host, api_port, interval, evaluate_every, confirmations, lost_capacity,
@@ -89,6 +90,8 @@ async def _watch(extra: list[str], deployment_id: str, attach: str | None, attac
                  models_dir: Path | None, model_id: str | None, state_dir: Path | None,
                  vllm_cmd: str | None, dry_run: bool, k8s_deployment: str | None = None,
                  k8s_container: str = "vllm", k8s_rollout_timeout: float = 1200.0) -> None:
+    import asyncio
+
     import uvicorn
 
     from graphmode.control.choose import ObjectiveSpec

@@ -2,13 +2,15 @@
 
 Basis, in order: an explicit workload description; the last features ``watch`` observed for this
 deployment; the model's best static mode for the objective. Source, in order: a remote graphmode
-service (``selector_url``), the local model, vLLM's own default. Every step that fails is recorded in
-``notes`` so the launcher can say which source answered and why the others did not.
+service (``selector_url``), the local model, vLLM's own default. Locally, a description is first
+looked up in the model's decision table (:mod:`graphmode.selector.table`) and a static choice in its
+card, both plain JSON: the launcher imports no scikit-learn and no HTTP client unless it must. Every
+step that fails is recorded in ``notes`` so the launcher can say which source answered and why the
+others did not.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -16,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import httpx
-
 from graphmode.core.errors import GraphmodeError
 from graphmode.core.modes import DEFAULT_MODE, CudaGraphMode, parse_mode
 from graphmode.vllm_args import compilation_config_of, user_mode, with_mode
 
 if TYPE_CHECKING:
+    import httpx
+
     from graphmode.core.records import ObservedFeatures
     from graphmode.selector.card import ModelCard
     from graphmode.selector.describe import WorkloadDescription
@@ -77,6 +79,8 @@ def remote_recommend(url: str, body: Mapping[str, Any], *, connect_timeout_s: fl
                      read_timeout_s: float = 0.7,
                      transport: httpx.BaseTransport | None = None) -> tuple[CudaGraphMode, dict[str, Any]]:
     """Ask a graphmode service; raises :class:`GraphmodeError` with a one-line reason on any failure."""
+    import httpx
+
     endpoint = url.rstrip("/") + "/v1/recommend"
     timeout = httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s, write=read_timeout_s,
                             pool=connect_timeout_s)
@@ -189,17 +193,11 @@ def choose_mode(
         notes.append("no local models folder configured")
         return done(Choice(DEFAULT_MODE, "default", "default", f"vLLM's default {DEFAULT_MODE.value}", notes))
     try:
-        if inputs is None and loader is _load_local:
-            # The card alone (JSON, no scikit-learn import) names the static mode for evaluated objectives.
-            from graphmode.selector.registry import select_model
-
-            entry, _ = select_model(models_dir, model_id, None)
-            static = card_static_mode(entry.card, obj) if entry.card is not None else None
-            if static is not None:
-                return done(Choice(parse_mode(static), "local", "static",
-                                   f"model {entry.model_id}: best static mode for {obj.describe()} "
-                                   "(model card, measured, cross-validation)", notes,
-                                   model_id=entry.model_id))
+        if basis != "features" and loader is _load_local:
+            hit = _from_json(models_dir, model_id, obj, workload)
+            if hit is not None:
+                hit.notes[:0] = notes
+                return done(hit)
         rec = loader(models_dir, model_id)
         if inputs is None:
             mode_name, how = best_static_mode(rec, obj)
@@ -215,6 +213,36 @@ def choose_mode(
         notes.append(f"local model unavailable: {exc}")
     return done(Choice(DEFAULT_MODE, "default", "default",
                        f"no selector answered: vLLM's default {DEFAULT_MODE.value}", notes))
+
+
+def _from_json(models_dir: Path, model_id: str | None, obj: Objective,
+               workload: WorkloadDescription | None) -> Choice | None:
+    """The static mode from the card, or a described workload's mode from the decision table; None when
+    neither holds the answer and the full model must be loaded."""
+    from graphmode.selector.card import ARTIFACT_FILE
+    from graphmode.selector.registry import select_model
+    from graphmode.selector.table import load_table, lookup
+
+    entry, match = select_model(models_dir, model_id, None)
+    if entry.card is None:
+        return None
+    mid = entry.model_id
+    if workload is None:
+        static = card_static_mode(entry.card, obj)
+        if static is None:
+            return None
+        return Choice(parse_mode(static), "local", "static", f"model {mid}: best static mode for "
+                      f"{obj.describe()} (model card, measured, cross-validation)", model_id=mid)
+    info = entry.card.artifacts.get(ARTIFACT_FILE)
+    table = load_table(entry.folder, info.sha256) if info is not None else None
+    ans = lookup(table, workload, obj.describe()) if table is not None else None
+    if ans is None or table is None:
+        return None
+    at = ", ".join(f"{k} {v:g}" for k, v in ans.point.items())
+    return Choice(parse_mode(ans.mode), "local", "workload",
+                  f"model {mid} recommends {ans.mode} for the workload ({obj.describe()}; decision table, "
+                  f"nearest grid point {at})", list(dict.fromkeys([*match.warnings, *table["warnings"]])),
+                  model_id=mid)
 
 
 @dataclass(frozen=True)
@@ -242,8 +270,3 @@ def merge_mode(args: Sequence[str], mode: CudaGraphMode, *, force: bool) -> Laun
     extra = f", other compilation-config keys kept: {', '.join(sorted(kept))}" if kept else ""
     over = f" (overriding the user's {mine.value})" if mine is not None and mine != mode else ""
     return LaunchPlan(with_mode(args, mode), mode, True, f"cudagraph_mode {mode.value}{over}{extra}")
-
-
-def features_json(features: ObservedFeatures | Mapping[str, Any]) -> str:
-    data = features if isinstance(features, Mapping) else features.model_dump()
-    return json.dumps(dict(data), sort_keys=True)

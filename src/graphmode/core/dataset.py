@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import closing, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,6 @@ _GROUPS: list[tuple[str, type[Any], str]] = [
 _SKIP = {("startup", "vllm_version")}  # the fingerprint holds it
 # Columns renamed since they were first written (old -> new): an older dataset reads under the new name.
 RENAMED_COLUMNS: dict[str, str] = {"engine_nvcsw_per_s": "engine_nivcsw_per_s"}
-_OLD_NAME = {new: old for old, new in RENAMED_COLUMNS.items()}
 
 
 def _renamed(row: dict[str, Any]) -> dict[str, Any]:
@@ -239,58 +238,3 @@ class ProfileStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def _compact(path: Path) -> None:
-    """A single-file, vacuumed SQLite database, as committed under models/."""
-    with closing(sqlite3.connect(path)) as d:
-        d.execute("PRAGMA journal_mode=DELETE")
-        d.execute("VACUUM")
-
-
-def copy_sqlite(src: Path, dst: Path, *, profile_key: str | None = None) -> None:
-    """A consistent copy of a (possibly live) dataset, optionally keeping one profile key's rows only."""
-    tmp = dst.with_suffix(".sqlite.tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        # closing(): a connection's own `with` commits but stays open, and the copy of a WAL-mode store
-        # could then not switch journal mode in _compact ("database is locked": every retrain failed).
-        with closing(sqlite3.connect(f"file:{src}?mode=ro", uri=True)) as s, closing(sqlite3.connect(tmp)) as d:
-            s.backup(d)
-            if profile_key:
-                d.execute("DELETE FROM cells WHERE profile_key != ?", (profile_key,))
-                d.commit()
-        _compact(tmp)
-    except sqlite3.Error as exc:
-        tmp.unlink(missing_ok=True)
-        raise DatasetError(f"cannot copy {src} to {dst}: {exc}") from exc
-    tmp.replace(dst)
-
-
-def merge_sqlite(sources: Sequence[Path], dst: Path, *, profile_key: str | None = None) -> None:
-    """One dataset holding the rows of several (row ids renumbered); columns missing in one read NULL."""
-    tmp = dst.with_suffix(".sqlite.tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        with ProfileStore(tmp) as out:  # creates the current schema
-            del out
-        d = sqlite3.connect(f"file:{tmp}", uri=True, isolation_level=None)
-        try:
-            have = [r[1] for r in d.execute("PRAGMA table_info(cells)") if r[1] != "id"]
-            for i, src in enumerate(sources):
-                d.execute(f"ATTACH DATABASE ? AS s{i}", (f"file:{src}?mode=ro",))
-                theirs = {r[1] for r in d.execute(f"PRAGMA s{i}.table_info(cells)")}
-                cols = {c: c if c in theirs else _OLD_NAME[c]
-                        for c in have if c in theirs or _OLD_NAME.get(c) in theirs}
-                names = ", ".join(f'"{c}"' for c in cols)
-                picks = ", ".join(f'"{c}"' for c in cols.values())
-                where = " WHERE profile_key = ?" if profile_key else ""
-                d.execute(f"INSERT INTO cells ({names}) SELECT {picks} FROM s{i}.cells{where} ORDER BY id",
-                          (profile_key,) if profile_key else ()).close()
-                d.execute(f"DETACH DATABASE s{i}")
-        finally:
-            d.close()
-        _compact(tmp)
-    except sqlite3.Error as exc:
-        tmp.unlink(missing_ok=True)
-        raise DatasetError(f"cannot merge {', '.join(map(str, sources))} into {dst}: {exc}") from exc
-    tmp.replace(dst)

@@ -57,7 +57,6 @@ class ProfileSettings(BaseModel):
     log_dir: Path = Field(
         default=Path("graphmode-logs"), description="Where vLLM's server logs go, one per engine start."
     )
-    gpu_sample_interval_s: float = Field(default=0.5, gt=0, description="Unused: nothing reads it (to be removed).")
 
 
 class RaceSettings(BaseModel):

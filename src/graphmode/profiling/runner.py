@@ -13,7 +13,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -340,25 +340,29 @@ class Profiler:
         return drive
 
     @staticmethod
-    async def _control(workload: Workload, drive: _Drive, stop: asyncio.Event) -> None:
-        """Decide when warm-up ends and when the window has measured enough; then set *stop*."""
+    async def _control(workload: Workload, drive: _Drive, stop: asyncio.Event,
+                       clock: Callable[[], float] = time.perf_counter,
+                       sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        """Decide when warm-up ends and when the window has measured enough; then set *stop*.
+
+        ``clock`` and ``sleep`` are the wall clock's unless a test drives the decision in virtual time."""
         adaptive = workload.adaptive
         assert adaptive is not None
         t0, results = drive.t0, drive.results
         # Warm-up: one request lifetime (the first to finish), within [min_warmup_s, warmup_s].
         while True:
-            now = time.perf_counter()
+            now = clock()
             firsts = [r.done_at for r in results if r.done_at is not None]
             if now >= t0 + workload.warmup_s or (firsts and now >= t0 + adaptive.min_warmup_s):
                 break
-            await asyncio.sleep(0.05)
-        drive.t_measure = time.perf_counter()
+            await sleep(0.05)
+        drive.t_measure = clock()
         monitor = WindowMonitor(drive.t_measure)
         hard_end = drive.t_measure + workload.duration_s
         drive.t_end = hard_end
-        await asyncio.sleep(adaptive.min_s)
+        await sleep(adaptive.min_s)
         while True:
-            now = time.perf_counter()
+            now = clock()
             monitor.update(results, now)
             widths = {m: monitor.ci(m) for m in adaptive.ci}
             if all(w is not None and w <= adaptive.ci[m] for m, w in widths.items()):
@@ -367,8 +371,8 @@ class Profiler:
             if now >= hard_end:
                 drive.stopped_by = "max"
                 break
-            await asyncio.sleep(min(adaptive.check_every_s, max(hard_end - now, 0.01)))
-        drive.t_end = time.perf_counter()
+            await sleep(min(adaptive.check_every_s, max(hard_end - now, 0.01)))
+        drive.t_end = clock()
         stop.set()
 
 

@@ -192,10 +192,7 @@ def cv_tables(model: LoadedModel) -> str:
     head = ["objective", "n", "regret vs oracle (mean)", "median", "max", "correct", "gain vs default",
             "gain vs best static", "best static mode", "default's regret", "static's regret"]
     rows = []
-    summaries = list(cv.summaries)
-    if cv.classifier:
-        summaries.append(cv.classifier.model_copy(update={"objective": cv.classifier.objective + " (classifier)"}))
-    summaries += list(cv.shape_cv)
+    summaries = [*cv.summaries, *cv.shape_cv]
     for s in summaries:
         rows.append([esc(s.objective), num(f"{s.n}"),
                      num(f"{pct(s.mean_regret_pct)}"), num(f"{pct(s.median_regret_pct)}"),
@@ -204,8 +201,8 @@ def cv_tables(model: LoadedModel) -> str:
                      num(f"{pct(s.mean_gain_vs_static_pct, signed=True)}"), esc(s.static_mode or "–"),
                      num(f"{pct(s.default_regret_pct)}"),
                      num(f"{pct(s.static_regret_pct)}")])
-    out = [f"<p>{esc(cv.scheme)}, {cv.folds} folds; regressors <b>{esc(cv.chosen_regressor)}</b>, classifier "
-           f"<b>{esc(cv.chosen_classifier)}</b>. Regret = how much worse the held-out choice is than the measured "
+    out = [f"<p>{esc(cv.scheme)}, {cv.folds} folds; regressors <b>{esc(cv.chosen_regressor)}</b>. "
+           "Regret = how much worse the held-out choice is than the measured "
            "best (oracle); gain = how much better than always running vLLM's default / the best single static "
            f"mode (negative: worse). Source: <code>{esc(model.cv_source)}</code>.</p>",
            table(head, rows, "cv")]
@@ -221,15 +218,13 @@ def cv_tables(model: LoadedModel) -> str:
         out.append(f"<details><summary>Per held-out workload ({esc(first)})</summary>"
                    + table(["held-out workload", "shape", "oracle", "tied with oracle", "chosen", "regret",
                             "vs default", "vs static"], rows, "cv") + "</details>")
-    cands = [("regressor", c, cv.chosen_regressor) for c in cv.regressor_candidates] + [
-        ("classifier", c, cv.chosen_classifier) for c in cv.classifier_candidates]
-    if cands:
-        rows = [[role, esc(c.kind) + (" ◀" if c.kind == chosen else ""), num(f"{pct(c.mean_regret_pct)}"),
+    if cv.regressor_candidates:
+        rows = [[esc(c.kind) + (" ◀" if c.kind == cv.chosen_regressor else ""), num(f"{pct(c.mean_regret_pct)}"),
                  num(f"{pct(c.max_regret_pct)}"), num(f"{pct(c.correct_pct, 0)}"),
-                 num(f"{'–' if c.mean_log_rmse is None else f'{c.mean_log_rmse:.3f}'}"),
-                 num(f"{pct(c.agreement_pct, 0)}")] for role, c, chosen in cands]
-        out.append("<details><summary>Estimator candidates</summary>" + table(
-            ["role", "kind", "mean regret", "max regret", "correct", "log-RMSE", "agrees with regressors"], rows,
+                 num(f"{'–' if c.mean_log_rmse is None else f'{c.mean_log_rmse:.3f}'}")]
+                for c in cv.regressor_candidates]
+        out.append("<details><summary>Regressor candidates</summary>" + table(
+            ["regressor", "mean regret", "max regret", "correct", "log-RMSE"], rows,
             "cv") + f"<p class='muted'>{esc(cv.reason)}</p></details>")
     return "".join(out)
 

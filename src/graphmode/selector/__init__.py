@@ -15,7 +15,8 @@ Public API (the service and the CLI use nothing else)::
 Modules: :mod:`.objective` (metrics, objectives, ranking), :mod:`.featurize` (inputs), :mod:`.aggregate`
 (rows → training set), :mod:`.estimators`, :mod:`.model`, :mod:`.evaluate` (leave-one-workload-out CV),
 :mod:`.train`, :mod:`.retrain`, :mod:`.card`, :mod:`.artifacts` (skops I/O), :mod:`.registry`,
-:mod:`.describe` (description → features), :mod:`.live` (scrape a server), :mod:`.recommend`.
+:mod:`.describe` (description → features), :mod:`.table` (the decision table ``launch`` looks up),
+:mod:`.live` (scrape a server), :mod:`.recommend`, :mod:`.verdicts` (race verdicts).
 Synthetic development rows live in ``tests/support/synthetic.py``, outside the package.
 """
 

@@ -38,10 +38,6 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path: Path) -> str:
-    return sha256_bytes(path.read_bytes())
-
-
 def save_artifact(obj: Any, path: Path) -> ArtifactInfo:
     """Dump ``obj`` with skops and describe it for the card. Refuses objects outside the allow-list."""
     buf = io.BytesIO()

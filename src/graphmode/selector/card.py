@@ -9,6 +9,7 @@ before it is loaded.
 
 from __future__ import annotations
 
+import hashlib
 import platform
 from importlib import metadata
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from graphmode.core.errors import ModelError
+from graphmode.core.errors import DatasetError, ModelError
 from graphmode.core.records import Fingerprint
 from graphmode.selector.featurize import FeatureSpec
 from graphmode.selector.objective import Objective
@@ -25,7 +26,6 @@ from graphmode.selector.verdicts import RaceVerdict
 
 CARD_FILE = "card.json"
 ARTIFACT_FILE = "model.skops"
-DATASET_FILE = "dataset.sqlite"
 CV_FILE = "cv.json"
 CARD_SCHEMA_VERSION = 1
 
@@ -69,9 +69,25 @@ class ArtifactInfo(_Card):
     )
 
 
+class DatasetSource(_Card):
+    path: str = Field(description="the dataset file, relative to the model folder (absolute if elsewhere)")
+    sha256: str
+    bytes: int
+
+    def resolve(self, folder: Path) -> Path:
+        """The file, checked against its sha256 (the model folder keeps no copy of its data)."""
+        path = (folder / self.path).resolve()
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise DatasetError(f"model dataset {path} is not readable: {exc.strerror or exc}") from None
+        if hashlib.sha256(data).hexdigest() != self.sha256:
+            raise DatasetError(f"model dataset {path} changed since the model was trained (sha256 differs)")
+        return path
+
+
 class DatasetInfo(_Card):
-    file: str | None = Field(None, description="copy of the dataset inside the model folder")
-    source: str
+    sources: list[DatasetSource] = Field(description="the dataset files trained on, merged in this order")
     rows_sha256: str = Field(
         description="sha256 of the ok rows used, in id order (see aggregate.rows_sha256)"
     )
@@ -106,9 +122,6 @@ class CandidateSummary(_Card):
     )
     mean_log_rmse: float | None = Field(None, description="regressors: mean over metrics of log-space RMSE")
     log_rmse: dict[str, float] = Field(default_factory=dict)
-    agreement_pct: float | None = Field(
-        None, description="classifiers: tie-aware agreement with the regressors"
-    )
     predict_us: float | None = Field(
         None, description="one-row latency of the compiled predictor, microseconds"
     )
@@ -150,13 +163,9 @@ class CVReport(_Card):
     folds: int
     skipped: str | None = None
     regressor_candidates: list[CandidateSummary] = Field(default_factory=list)
-    classifier_candidates: list[CandidateSummary] = Field(default_factory=list)
     chosen_regressor: str
-    chosen_classifier: str
     reason: str = ""
     summaries: list[CVSummary] = Field(default_factory=list, description="chosen regressor, per objective")
-    classifier: CVSummary | None = None
-    classifier_agreement_pct: float | None = None
     workloads: list[WorkloadResult] = Field(default_factory=list)
     shape_cv: list[CVSummary] = Field(
         default_factory=list, description="leave-one-shape-out, with several shapes"
@@ -195,8 +204,6 @@ class ModelCard(_Card):
     default_objective: Objective
     evaluated_objectives: list[Objective]
     regressor_kind: str
-    classifier_kind: str
-    classifier_classes: list[str]
     cv: CVReport
     describe: list[DescribeCheck] = Field(default_factory=list)
     paired: list[PairedVerdict] = Field(

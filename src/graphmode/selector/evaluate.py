@@ -22,33 +22,18 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from graphmode.core.modes import DEFAULT_MODE
 from graphmode.selector.aggregate import TrainingSet
 from graphmode.selector.card import CandidateSummary, CVReport, CVSummary, WorkloadResult
-from graphmode.selector.estimators import (
-    CLASSIFIER_KINDS,
-    REGRESSOR_KINDS,
-    ClassifierKind,
-    RegressorKind,
-    compile_classifier,
-    make_classifier,
-)
-from graphmode.selector.model import (
-    SelectorModel,
-    _design,
-    decided_modes,
-    distill_points,
-    fit_model,
-    measured_ranking,
-)
+from graphmode.selector.estimators import REGRESSOR_KINDS, RegressorKind
+from graphmode.selector.model import SelectorModel, _design, fit_model, measured_ranking
 from graphmode.selector.objective import Objective, Ranking, rank, regret, relative_gain
 
 DEFAULT_EVAL_METRICS: tuple[str, ...] = ("itl_p50", "ttft_p99", "e2e_p50", "output_tok_s")
-TIE_PP = 0.25  # classifiers within this many regret percentage points are compared on the next criterion
 TIE_RMSE = 0.05  # regressors within this relative log-RMSE of the best are compared on the next criterion
 
 
@@ -56,11 +41,6 @@ TIE_RMSE = 0.05  # regressors within this relative log-RMSE of the best are comp
 class _Truth:
     rankings: list[Ranking | None]
     static_mode: str | None
-
-
-@dataclass
-class _Choices:
-    by_unit: dict[int, str] = field(default_factory=dict)
 
 
 def _score(r: Ranking, mode: str) -> float | None:
@@ -195,12 +175,10 @@ def cross_validate(
     default_objective: Objective,
     objectives: Sequence[Objective] = (),
     regressor_kinds: Sequence[RegressorKind] = REGRESSOR_KINDS,
-    classifier_kinds: Sequence[ClassifierKind] = CLASSIFIER_KINDS,
     chosen_regressor: RegressorKind | None = None,
-    chosen_classifier: ClassifierKind | None = None,
     random_state: int = 0,
 ) -> CVReport:
-    """Leave-one-workload-out CV; picks the regressor and classifier kinds unless they are given."""
+    """Leave-one-workload-out CV; picks the regressor kind unless it is given."""
     groups = ts.groups
     all_objs = [default_objective, *[o for o in objectives if o != default_objective]]
     if len(groups) < 2:
@@ -208,33 +186,19 @@ def cross_validate(
             folds=0,
             skipped=f"{len(groups)} workload(s): leave-one-workload-out needs two or more",
             chosen_regressor=chosen_regressor or "ridge",
-            chosen_classifier=chosen_classifier or "extra_trees",
             reason="no cross-validation possible; defaults used",
         )
     truths = {o: truth_for(ts, o) for o in all_objs}
     reg_choices: dict[tuple[str, Objective], dict[int, str]] = defaultdict(dict)
-    clf_choices: dict[str, dict[int, str]] = defaultdict(dict)
     reg_preds: dict[str, dict[int, np.ndarray]] = defaultdict(dict)
     reg_us: dict[str, float] = {}
-    clf_us: dict[str, float] = {}
     r_kinds = [chosen_regressor] if chosen_regressor else list(regressor_kinds)
-    c_kinds = [chosen_classifier] if chosen_classifier else list(classifier_kinds)
-    fold_models: dict[str, dict[str, SelectorModel]] = defaultdict(dict)
-    held_of: dict[str, list[int]] = {}
     for g in groups:
         held = [i for i, u in enumerate(ts.units) if u.group == g]
         train = [i for i, u in enumerate(ts.units) if u.group != g]
-        held_of[g] = held
         sub = ts.subset(train)
         for kind in r_kinds:
-            model = fit_model(
-                sub,
-                objective=default_objective,
-                regressor_kind=kind,
-                classifier_kind=None,
-                random_state=random_state,
-            )
-            fold_models[kind][g] = model
+            model = fit_model(sub, regressor_kind=kind, random_state=random_state)
             for u in held:
                 x = model.spec.vectorize(ts.units[u].features, ts.units[u].shape)[0]
                 reg_preds[kind][u] = np.concatenate([model.predict_metrics(x[None, :])[0]], axis=1)
@@ -251,7 +215,6 @@ def cross_validate(
                     )[0],
                 )
 
-    d_truth = truths[default_objective]
     d_truth = truths[default_objective]
     reg_cands = []
     for kind in r_kinds:
@@ -270,79 +233,23 @@ def cross_validate(
             )
         )
     best_reg = chosen_regressor or _pick_regressor(reg_cands, list(r_kinds))
-    # The classifiers are distilled from the chosen regressors of each fold, as fit_model does on all
-    # the data, and scored on the held-out workload against the measurements and the regressors.
-    for g in groups:
-        model = fold_models[best_reg][g]
-        Xd = distill_points(model.train_x, model.spec, random_state)
-        yd = decided_modes(model, Xd, default_objective)
-        keep = [i for i, lab in enumerate(yd) if lab is not None]
-        if not keep:
-            continue
-        y = np.array([yd[i] for i in keep]).astype(str)
-        Xtr = _design(Xd[keep])
-        for ckind in c_kinds:
-            clf = make_classifier(ckind, len(set(y.tolist())), random_state).fit(Xtr, y)
-            for u in held_of[g]:
-                x = _design(model.spec.vectorize(ts.units[u].features, ts.units[u].shape)[0][None, :])
-                clf_choices[ckind][u] = str(clf.predict(x)[0])
-            if ckind not in clf_us and held_of[g]:
-                f = compile_classifier(clf)
-                clf_us[ckind] = _time_us(f, Xtr[0])
-    clf_cands = []
-    for ckind in c_kinds:
-        s, _ = summarize(ts, default_objective, d_truth, clf_choices[ckind])
-        agree = _agreement(d_truth, clf_choices[ckind], reg_choices[(best_reg, default_objective)])
-        clf_cands.append(
-            CandidateSummary(
-                kind=ckind,
-                mean_regret_pct=s.mean_regret_pct,
-                median_regret_pct=s.median_regret_pct,
-                max_regret_pct=s.max_regret_pct,
-                correct_pct=s.correct_pct,
-                agreement_pct=agree,
-                predict_us=clf_us.get(ckind),
-            )
-        )
-    best_clf = chosen_classifier or _pick_classifier(clf_cands, list(c_kinds))
-
     summaries, workloads = [], []
     for o in all_objs:
         s, rows = summarize(ts, o, truths[o], reg_choices[(best_reg, o)])
         summaries.append(s)
         workloads.extend(rows)
-    clf_summary, _ = summarize(ts, default_objective, d_truth, clf_choices[best_clf])
-    reason = _reason(reg_cands, best_reg, clf_cands, best_clf, chosen_regressor, chosen_classifier)
+    reason = _reason(reg_cands, best_reg, chosen_regressor)
     report = CVReport(
         folds=len(groups),
         regressor_candidates=reg_cands,
-        classifier_candidates=clf_cands,
         chosen_regressor=best_reg,
-        chosen_classifier=best_clf,
         reason=reason,
         summaries=summaries,
-        classifier=clf_summary,
-        classifier_agreement_pct=_agreement(
-            d_truth, clf_choices[best_clf], reg_choices[(best_reg, default_objective)]
-        ),
         workloads=workloads,
     )
     if len(ts.shape_keys) >= 2:
         report.shape_cv = [_shape_cv(ts, default_objective, best_reg, random_state)]
     return report
-
-
-def _agreement(truth: _Truth, a: dict[int, str], b: dict[int, str]) -> float | None:
-    """Share of workloads where two choosers pick the same mode or modes tied in the measurements."""
-    both = [u for u in a if u in b]
-    if not both:
-        return None
-    same = 0
-    for u in both:
-        r = truth.rankings[u]
-        ties = set(r.ties) if r is not None else set()
-        same += a[u] == b[u] or (a[u] in ties and b[u] in ties)
-    return 100.0 * same / len(both)
 
 
 def _pick_regressor(cands: Sequence[CandidateSummary], order: Sequence[str]) -> str:
@@ -366,60 +273,16 @@ def _pick_regressor(cands: Sequence[CandidateSummary], order: Sequence[str]) -> 
     ).kind
 
 
-def _pick_classifier(cands: Sequence[CandidateSummary], order: Sequence[str]) -> str:
-    """Highest tie-aware agreement with the chosen regressors on held-out workloads (the classifier is
-    their fast path and must agree with them); then the lowest mean regret, within TIE_PP counted equal;
-    then the faster predictor, within a factor of two counted equal (a 100-tree forest that decides
-    exactly as one tree does is only bigger and slower: 10 MB and 7x the latency on the H200 data);
-    then the listed order."""
-    if not cands:
-        return order[0]
-
-    def key(c: CandidateSummary) -> tuple[float, float, float, int]:
-        regret = c.mean_regret_pct if c.mean_regret_pct is not None else math.inf
-        speed = math.floor(math.log2(c.predict_us)) if c.predict_us and c.predict_us > 0 else math.inf
-        return (
-            -(c.agreement_pct or 0.0),
-            math.floor(regret / TIE_PP) if math.isfinite(regret) else math.inf,
-            speed,
-            order.index(c.kind),
-        )
-
-    return min(cands, key=key).kind
-
-
 def _fmt(v: float | None, unit: str = "%") -> str:
     return "n/a" if v is None else f"{v:.2f}{unit}"
 
 
-def _reason(
-    regs: Sequence[CandidateSummary],
-    reg: str,
-    clfs: Sequence[CandidateSummary],
-    clf: str,
-    forced_reg: str | None,
-    forced_clf: str | None,
-) -> str:
-    parts = []
-    if forced_reg:
-        parts.append(f"regressor {reg} was given")
-    else:
-        parts.append(
-            f"regressor {reg}: lowest LOWO log-RMSE (within {TIE_RMSE:.0%}: lowest regret); "
-            + ", ".join(
-                f"{c.kind} {_fmt(c.mean_regret_pct)} regret / RMSE {_fmt(c.mean_log_rmse, '')}" for c in regs
-            )
-        )
-    if forced_clf:
-        parts.append(f"classifier {clf} was given")
-    else:
-        parts.append(
-            f"classifier {clf}: highest LOWO agreement with the regressors (then lowest regret); "
-            + ", ".join(
-                f"{c.kind} {_fmt(c.mean_regret_pct)} regret / {_fmt(c.correct_pct)} correct" for c in clfs
-            )
-        )
-    return ". ".join(parts)
+def _reason(regs: Sequence[CandidateSummary], reg: str, forced: str | None) -> str:
+    if forced:
+        return f"regressor {reg} was given"
+    return f"regressor {reg}: lowest LOWO log-RMSE (within {TIE_RMSE:.0%}: lowest regret); " + ", ".join(
+        f"{c.kind} {_fmt(c.mean_regret_pct)} regret / RMSE {_fmt(c.mean_log_rmse, '')}" for c in regs
+    )
 
 
 def _shape_cv(ts: TrainingSet, objective: Objective, kind: str, random_state: int) -> CVSummary:
@@ -431,13 +294,7 @@ def _shape_cv(ts: TrainingSet, objective: Objective, kind: str, random_state: in
         train = [i for i, u in enumerate(ts.units) if u.shape_key != skey]
         if not train:
             continue
-        model = fit_model(
-            ts.subset(train),
-            objective=objective,
-            regressor_kind=kind,  # type: ignore[arg-type]
-            classifier_kind=None,
-            random_state=random_state,
-        )
+        model = fit_model(ts.subset(train), regressor_kind=kind, random_state=random_state)  # type: ignore[arg-type]
         for u in held:
             c = _choose(model, model.spec.vectorize(ts.units[u].features, ts.units[u].shape)[0], objective)
             if c is not None:

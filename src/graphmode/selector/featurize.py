@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:  # numpy is imported where it is used: the model card (JSON) needs FeatureSpec, not numpy
+    import numpy as np
+    from numpy.typing import NDArray
+
+    FloatArray = NDArray[np.float64]
 
 Transform = Literal["log1p", "log", "none"]
 Source = Literal["obs", "shape", "arch"]
@@ -44,8 +48,6 @@ SHAPE_FEATURES: tuple[tuple[str, Transform], ...] = (
     ("hidden_size", "log"),
 )
 ARCH_FIELD = "model_architecture"
-
-FloatArray = NDArray[np.float64]
 
 
 def transform(value: float | None, how: Transform) -> float:
@@ -104,6 +106,8 @@ class FeatureSpec(BaseModel):
         self, features: Mapping[str, Any], shape: Mapping[str, Any] | None = None
     ) -> tuple[FloatArray, list[str]]:
         """One input row (missing values filled with the training median) and the names that were filled."""
+        import numpy as np
+
         out = np.empty(self.n, dtype=np.float64)
         filled: list[str] = []
         for i in range(self.n):
@@ -115,6 +119,8 @@ class FeatureSpec(BaseModel):
         return out, filled
 
     def standardize(self, X: FloatArray) -> FloatArray:
+        import numpy as np
+
         return np.asarray((X - np.asarray(self.center)) / np.asarray(self.scale), dtype=np.float64)
 
     def distance(self, x: FloatArray, train_std: FloatArray) -> float:
@@ -122,7 +128,7 @@ class FeatureSpec(BaseModel):
         if train_std.size == 0 or self.n == 0:
             return 0.0
         z = self.standardize(x[None, :])
-        return float(np.sqrt(((train_std - z) ** 2).sum(axis=1)).min())
+        return float((((train_std - z) ** 2).sum(axis=1) ** 0.5).min())
 
     def out_of_range(self, x: FloatArray, slack: float = 0.1) -> list[str]:
         """Features outside the training range widened by ``slack`` of its width on either side."""
@@ -165,6 +171,8 @@ def fit_spec(
     Returns the spec and the units' input matrix (missing values filled). Shape columns are only
     considered when the units span more than one shape.
     """
+    import numpy as np
+
     n = len(obs_rows)
     distinct_shapes = {shape_key(s) for s in shapes}
     candidates: list[tuple[str, Source, Transform]] = [(name, "obs", t) for name, t in OBS_FEATURES]

@@ -109,7 +109,6 @@ def resolve_metric(name: str) -> str:
     return key
 
 
-_OPS = ("<=", ">=", "<", ">")
 _CONSTRAINT_RE = re.compile(r"^\s*([A-Za-z_][\w\-]*)\s*(<=|>=|<|>|=<|=>)\s*([-+0-9.eE]+)\s*([A-Za-zµ/]*)\s*$")
 
 
@@ -195,15 +194,6 @@ class Objective(BaseModel):
         if self.startup_weight:
             need.add("startup_s")
         return need
-
-    def is_plain(self, metric: str) -> bool:
-        """True when this objective is nothing but ``metric`` (what the classifier was trained for)."""
-        return (
-            self.metric == metric
-            and not self.constraints
-            and not self.memory_weight
-            and not self.startup_weight
-        )
 
     def describe(self) -> str:
         text = f"{self.direction} {self.metric}"

@@ -13,11 +13,11 @@ was. A round pairs a mode with the default on the workloads both measured in the
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from graphmode.core.modes import DEFAULT_MODE, parse_mode
@@ -119,7 +119,7 @@ def paired_rounds(
                     acc[(shape, mode, rep, block)][metric].append(mine / ref)
     return [
         PairedRound(shape=shape, mode=mode, repeat=rep, block=block_label(block),
-                    ratios={m: (len(r), float(np.median(r))) for m, r in by_metric.items() if r})
+                    ratios={m: (len(r), float(statistics.median(r))) for m, r in by_metric.items() if r})
         for (shape, mode, rep, block), by_metric in sorted(acc.items())
     ]
 

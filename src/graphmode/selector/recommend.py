@@ -6,17 +6,16 @@
     answer = rec.recommend(ObservedFeatures(...) | WorkloadDescription(...), "itl_p50")
 
 Everything that does not depend on the request is done at load: the artifact is verified and loaded,
-the regressors and classifier are compiled to numpy (:meth:`ColumnwiseRegressor.compile`,
-:func:`compile_classifier`), the training inputs are standardized for the distance check, and the
-per-mode constants are predicted for the target shape. A request is then one vectorization, one
-matrix product (or flattened-forest walk) for every (mode, metric), a ranking of at most five modes and
-one pydantic object. A :class:`Recommender` is immutable after load and safe to share between threads.
+the regressors are compiled to numpy (:meth:`ColumnwiseRegressor.compile`), the training inputs are
+standardized for the distance check, and the per-mode constants are predicted for the target shape.
+A request is then one vectorization, one matrix product (or neighbour lookup) for every (mode,
+metric), a ranking of at most five modes and one pydantic object. A :class:`Recommender` is
+immutable after load and safe to share between threads.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import math
 import time
 from collections import defaultdict
@@ -28,12 +27,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from graphmode.core.errors import ModelError, ObjectiveError, StaleModelError
-from graphmode.core.modes import CudaGraphMode, compilation_config, parse_mode
+from graphmode.core.modes import compilation_config, parse_mode
 from graphmode.core.records import Fingerprint, ObservedFeatures
 from graphmode.selector.artifacts import load_artifact
 from graphmode.selector.card import ARTIFACT_FILE, ModelCard
 from graphmode.selector.describe import WorkloadDescription, describe_features
-from graphmode.selector.estimators import compile_classifier
 from graphmode.selector.featurize import ARCH_FIELD, SHAPE_FEATURES, shape_key
 from graphmode.selector.model import SelectorModel, _design
 from graphmode.selector.objective import METRICS, TIE_Z, Objective, make_objective, rank, relative_gain
@@ -105,10 +103,6 @@ class Recommendation(BaseModel):
     ties: list[str]
     constraints_met: bool
     predictions: list[ModePrediction]
-    classifier_mode: str | None = Field(
-        None, description="fast-path classifier's answer (default objective only)"
-    )
-    classifier_agrees: bool | None = None
     confidence: Confidence
     features: dict[str, float | None]
     features_source: FeatureSource
@@ -151,8 +145,6 @@ class Recommender:
         self._n_modes, self._n_metrics = len(self.modes), len(self.metrics)
         self._reg = model.regressor.compile()
         self._const = model.const_regressor.compile()
-        self._clf = compile_classifier(model.classifier)
-        self._classes = list(model.classes)
         self._train_z = self.spec.standardize(model.train_x) if model.train_x.size else model.train_x
         self._const_cache: dict[str, list[dict[str, float | None]]] = {}
         self._shape_warning: str | None = None
@@ -209,7 +201,6 @@ class Recommender:
             modes=card.modes,
             metrics=card.workload_metrics,
             constants=card.constant_metrics,
-            classes=card.classifier_classes,
             noise_cv={k: v.noise_cv for k, v in card.metrics.items()},
             default_mode=card.default_mode,
         )
@@ -375,13 +366,6 @@ class Recommender:
                 table[mode] = row
         return table
 
-    def fast_mode(self, inputs: Inputs) -> str:
-        """The classifier's answer for the default objective: no ranking, no table. For hot loops."""
-        feats, _ = self.features_of(inputs)
-        x, _ = self.spec.vectorize(feats, self._shape)
-        proba = self._clf(_design(x[None, :])[0])
-        return self._classes[int(np.argmax(proba))]
-
     def recommend(
         self, inputs: Inputs, objective: Objective | str | None = None, *, source: FeatureSource | None = None
     ) -> Recommendation:
@@ -425,18 +409,6 @@ class Recommender:
         if self.card.synthetic:
             warnings.append("this model was trained on SYNTHETIC data: its numbers are not measurements")
 
-        clf_mode: str | None = None
-        agrees: bool | None = None
-        if obj == self.default_objective or obj.is_plain(self.default_objective.metric):
-            proba = self._clf(_design(x[None, :])[0])
-            clf_mode = self._classes[int(np.argmax(proba))]
-            agrees = clf_mode == best or clf_mode in ranking.ties
-            if not agrees:
-                notes.append(
-                    f"the fast-path classifier says {clf_mode}; the per-mode predictions say {best}, "
-                    "and they decide"
-                )
-
         dist = self.spec.distance(x, self._train_z) if self._train_z.size else 0.0
         spacing = self.spec.nn_dist_median
         ratio = dist / spacing if spacing > 0 else None
@@ -450,7 +422,6 @@ class Recommender:
             imputed,
             best,
             ranking.constraints_met,
-            agrees,
             src,
         )
         if not conf.in_distribution:
@@ -504,8 +475,6 @@ class Recommender:
             ties=ranking.ties,
             constraints_met=ranking.constraints_met,
             predictions=preds,
-            classifier_mode=clf_mode,
-            classifier_agrees=agrees,
             confidence=conf,
             features={k: feats.get(k) for k in ObservedFeatures.model_fields},
             features_source=source or src,
@@ -536,7 +505,6 @@ class Recommender:
         imputed: list[str],
         best: str,
         constraints_met: bool,
-        agrees: bool | None,
         src: FeatureSource,
     ) -> Confidence:
         low, medium = [], []
@@ -554,8 +522,6 @@ class Recommender:
             low.append("constraints not met by any mode")
         if imputed:
             (low if len(imputed) > 2 else medium).append(f"features imputed: {', '.join(imputed)}")
-        if agrees is False:
-            medium.append("classifier and regressors disagree")
         if margin is not None and 0 <= margin < TIE_Z and best != self.default_mode:
             medium.append(f"runner-up {runner} is within {TIE_Z:g} noise standard deviations")
         if self.card.synthetic:
@@ -575,11 +541,3 @@ class Recommender:
             imputed=imputed,
             reasons=low + medium,
         )
-
-
-def recommendation_json(rec: Recommendation) -> str:
-    return json.dumps(rec.model_dump(mode="json"), indent=2)
-
-
-def mode_of(rec: Recommendation) -> CudaGraphMode:
-    return parse_mode(rec.mode)

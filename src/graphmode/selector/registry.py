@@ -1,7 +1,8 @@
 """The model registry: one folder per (GPU, vLLM version, model shape) under ``models/``.
 
-Each folder holds ``card.json``, ``model.skops``, ``cv.json`` and a copy of its ``dataset.sqlite``. A
-folder without a readable card is listed as broken and never used.
+Each folder holds ``card.json``, ``model.skops``, ``cv.json`` and ``table.json``; the card names the
+dataset files it was trained on (under ``models/profiles/``) by path and sha256. A folder without a
+readable card is listed as broken and never used.
 
 Choosing a model for a target fingerprint (GPU, vLLM version, model config; any part may be unknown):
 
@@ -25,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from graphmode.core.errors import ModelError
@@ -216,17 +216,13 @@ def select_model(
     return chosen, m
 
 
-def stale_reasons(c: ModelCard, target: Fingerprint) -> list[str]:
-    """Why ``c`` does not fit ``target``; empty when it is current."""
-    m = match_card(c, target)
-    return m.differences
-
-
 def server_fingerprint(base_url: str, timeout: float = 5.0) -> dict[str, Any]:
     """What a running vLLM server says about itself: version and, if its model dir is readable here, shape.
 
     Best effort: every part that cannot be read is left out.
     """
+    import httpx
+
     from graphmode.core.fingerprint import model_shape
 
     out: dict[str, Any] = {}

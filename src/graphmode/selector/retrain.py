@@ -17,7 +17,7 @@ from graphmode.core.dataset import ProfileStore
 from graphmode.core.fingerprint import model_shape
 from graphmode.profiling.gpu import gpu_facts
 from graphmode.profiling.runner import ProfileConfig, Profiler, ProfileSummary, Reporter, profile_key
-from graphmode.selector.estimators import ClassifierKind, RegressorKind
+from graphmode.selector.estimators import RegressorKind
 from graphmode.selector.objective import Objective
 from graphmode.selector.train import Progress, TrainResult, train
 from graphmode.vllm_args import model_arg
@@ -47,7 +47,6 @@ def retrain(
     resume: bool = True,
     objective: Objective | None = None,
     regressor: RegressorKind | Literal["auto"] = "auto",
-    classifier: ClassifierKind | Literal["auto"] = "auto",
     reporter: Reporter | None = None,
     progress: Progress | None = None,
 ) -> RetrainResult:
@@ -63,7 +62,6 @@ def retrain(
         models_dir=models_dir,
         objective=objective,
         regressor=regressor,
-        classifier=classifier,
         profile_key=key,
         progress=progress,
     )

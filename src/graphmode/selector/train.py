@@ -1,14 +1,17 @@
-"""``graphmode train``: dataset → cross-validated, saved model folder (artifact + card + CV + dataset copy).
+"""``graphmode train``: dataset(s) → cross-validated, saved model folder (artifact, card, CV, decision table).
 
 Steps: read the ok rows; aggregate them (:mod:`~graphmode.selector.aggregate`); leave-one-workload-out
-CV of every candidate regressor and classifier, which picks the kinds (regressors: lowest log-RMSE;
-classifiers: best agreement with the regressors; :mod:`~graphmode.selector.evaluate`) unless given;
-fit the chosen kinds on all data; check the description formulas against the profiled workloads
-(:mod:`~graphmode.selector.describe`); save.
+CV of every candidate regressor, which picks the kind (lowest log-RMSE; :mod:`~graphmode.selector.evaluate`)
+unless given; fit it on all data; check the description formulas against the profiled workloads
+(:mod:`~graphmode.selector.describe`); precompute the launch-time decision table
+(:mod:`~graphmode.selector.table`); save. The card names the dataset files by path and sha256; the
+folder keeps no copy of them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -18,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 
-from graphmode.core.dataset import ProfileStore, copy_sqlite, merge_sqlite
+from graphmode.core.dataset import ProfileStore
 from graphmode.core.errors import DatasetError, ModelError, ObjectiveError
 from graphmode.core.modes import DEFAULT_MODE
 from graphmode.selector.aggregate import TrainingSet, build_training_set
@@ -26,19 +29,20 @@ from graphmode.selector.artifacts import save_artifact
 from graphmode.selector.card import (
     ARTIFACT_FILE,
     CV_FILE,
-    DATASET_FILE,
     CVReport,
     DatasetInfo,
+    DatasetSource,
     DescribeCheck,
     LibraryVersions,
     MetricInfo,
     ModelCard,
 )
 from graphmode.selector.describe import CALIBRATED, CHECKED, WorkloadDescription, describe_features
-from graphmode.selector.estimators import ClassifierKind, RegressorKind
+from graphmode.selector.estimators import RegressorKind
 from graphmode.selector.evaluate import DEFAULT_EVAL_METRICS, cross_validate
 from graphmode.selector.model import SelectorModel, _design, fit_model
-from graphmode.selector.objective import METRICS, Objective, rank
+from graphmode.selector.objective import METRICS, Objective
+from graphmode.selector.table import build_table, save_table
 
 Progress = Callable[[str], None]
 
@@ -59,7 +63,6 @@ def _slug(text: str) -> str:
 
 def derive_model_id(ts: TrainingSet) -> str:
     """``<gpu>-vllm<version>-<key>``: the registry folder of the (GPU, vLLM, model shape) fingerprint."""
-    import hashlib
 
     fp = ts.fingerprints[0]
     keys = sorted({f.key() for f in ts.fingerprints})
@@ -86,11 +89,9 @@ def train(
     models_dir: Path | str | None = None,
     objective: Objective | None = None,
     regressor: RegressorKind | Literal["auto"] = "auto",
-    classifier: ClassifierKind | Literal["auto"] = "auto",
     fingerprint_key: str | None = None,
     profile_key: str | None = None,
     eval_metrics: Sequence[str] = DEFAULT_EVAL_METRICS,
-    copy_dataset: bool = True,
     random_state: int = 0,
     progress: Progress | None = None,
 ) -> TrainResult:
@@ -123,25 +124,12 @@ def train(
         default_objective=objective,
         objectives=evaluated,
         chosen_regressor=None if regressor == "auto" else regressor,
-        chosen_classifier=None if classifier == "auto" else classifier,
         random_state=random_state,
     )
     say(f"cross-validation: {report.folds} folds in {time.perf_counter() - t0:.1f} s")
-    model = fit_model(
-        ts,
-        objective=objective,
-        regressor_kind=report.chosen_regressor,  # type: ignore[arg-type]
-        classifier_kind=report.chosen_classifier,  # type: ignore[arg-type]
-        random_state=random_state,
-    )
+    model = fit_model(ts, regressor_kind=report.chosen_regressor, random_state=random_state)  # type: ignore[arg-type]
     checks = describe_checks(ts, model)
     notes = list(ts.notes)
-    agree = training_agreement(ts, model, objective)
-    if agree is not None:
-        notes.append(
-            f"classifier agrees with the per-mode predictions on {agree[0]}/{agree[1]} training "
-            "workloads (same mode or tied)"
-        )
     if len(ts.groups) < 4:
         notes.append(f"only {len(ts.groups)} workloads: the model is little more than a lookup; profile more")
     if len(ts.modes) < 2:
@@ -161,14 +149,6 @@ def train(
             )
         model_id = out.name
     out.mkdir(parents=True, exist_ok=True)
-    ds_file: str | None = None
-    if copy_dataset:
-        target = out / DATASET_FILE
-        if len(paths) > 1:
-            merge_sqlite(paths, target, profile_key=profile_key)
-        elif paths[0].resolve() != target.resolve():
-            copy_sqlite(paths[0], target, profile_key=profile_key)
-        ds_file = DATASET_FILE
     info = save_artifact(model.artifact(), out / ARTIFACT_FILE)
     card = build_card(
         ts,
@@ -177,14 +157,23 @@ def train(
         objective,
         evaluated,
         model_id=model_id,
-        source=paths[0] if len(paths) == 1 else " + ".join(str(p) for p in paths),
-        dataset_file=ds_file,
+        sources=[dataset_source(p, out) for p in paths],
         checks=checks,
         notes=notes,
         artifact=info,
     )
     (out / CV_FILE).write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
     card.save(out)
+    descriptions = [d for u in ts.units if (d := WorkloadDescription.from_spec(u.spec)) and d.concurrency is None]
+    if descriptions:
+        from graphmode.selector.recommend import Recommender
+
+        t0 = time.perf_counter()
+        table = build_table(Recommender.from_dir(out), descriptions, [objective, *evaluated])
+        save_table(table, out)
+        n = len(next(iter(table["objectives"].values()))["mode"])
+        say(f"decision table: {n} described workloads × {len(table['objectives'])} objectives "
+            f"in {time.perf_counter() - t0:.1f} s")
     say(f"saved {out}")
     return TrainResult(model_id=model_id, out_dir=out, card=card, report=report, model=model, training_set=ts)
 
@@ -195,23 +184,14 @@ def _default_models_dir() -> Path:
     return load_settings().selector.models_dir
 
 
-def training_agreement(ts: TrainingSet, model: SelectorModel, objective: Objective) -> tuple[int, int] | None:
-    X = model.train_x
-    if not X.shape[0]:
-        return None
-    tables = model.tables(X)
-    clf = model.classify(X)
-    n = ok = 0
-    for table, c in zip(tables, clf, strict=True):
-        if not table:
-            continue
-        try:
-            r = rank(table, model.noise_for(table, objective.metric), objective, model.default_mode)
-        except ObjectiveError:
-            continue
-        n += 1
-        ok += c == r.best or c in r.ties
-    return ok, n
+def dataset_source(path: Path, folder: Path) -> DatasetSource:
+    """``path`` as the card names it: relative to the model folder, with its sha256."""
+    data = path.read_bytes()
+    try:
+        rel = os.path.relpath(path.resolve(), folder.resolve())
+    except ValueError:  # another drive
+        rel = str(path.resolve())
+    return DatasetSource(path=Path(rel).as_posix(), sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
 
 
 def describe_checks(ts: TrainingSet, model: SelectorModel) -> list[DescribeCheck]:
@@ -270,8 +250,7 @@ def build_card(
     evaluated: list[Objective],
     *,
     model_id: str,
-    source: Path | str,
-    dataset_file: str | None,
+    sources: list[DatasetSource],
     checks: list[DescribeCheck],
     notes: list[str],
     artifact: object,
@@ -308,8 +287,7 @@ def build_card(
         fingerprint_keys=sorted({f.key() for f in ts.fingerprints}),
         shapes=[ts.shapes[k] for k in ts.shape_keys],
         dataset=DatasetInfo(
-            file=dataset_file,
-            source=str(source),
+            sources=sources,
             rows_sha256=ts.data_sha256,
             rows_used=ts.n_rows,
             rows_total=ts.n_rows_total,
@@ -330,8 +308,6 @@ def build_card(
         default_objective=objective,
         evaluated_objectives=evaluated,
         regressor_kind=report.chosen_regressor,
-        classifier_kind=report.chosen_classifier,
-        classifier_classes=model.classes,
         cv=report,
         describe=checks,
         paired=ts.paired,
@@ -341,11 +317,4 @@ def build_card(
     )
 
 
-def ensure_trainable(dataset: Path) -> None:
-    """Raise a clear error early when ``dataset`` has no ok rows."""
-    rows, _ = load_rows(dataset)
-    if not rows:
-        raise DatasetError(f"{dataset} has no ok rows to train on")
-
-
-__all__ = ["ModelError", "TrainResult", "copy_sqlite", "derive_model_id", "train"]
+__all__ = ["ModelError", "TrainResult", "derive_model_id", "train"]

@@ -152,7 +152,6 @@ def make_work(config: ProfileConfig, req: RetrainRequest, state: ServiceState) -
             resume=req.resume,
             objective=objective,
             regressor=req.regressor,
-            classifier=req.classifier,
             reporter=JobReporter(ctx),
             progress=progress,
         )

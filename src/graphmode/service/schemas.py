@@ -324,7 +324,6 @@ class ModelSummary(BaseModel):
     modes: list[str] = Field(default_factory=list)
     default_objective: str | None = None
     regressor_kind: str | None = None
-    classifier_kind: str | None = None
     cv_mean_regret_pct: float | None = None
     cv_mean_gain_vs_default_pct: float | None = None
     match: FingerprintMatch | None = Field(None, description="how the model fits the service's target")
@@ -358,7 +357,6 @@ class ModelSummary(BaseModel):
             modes=list(card.modes),
             default_objective=card.default_objective.describe(),
             regressor_kind=card.regressor_kind,
-            classifier_kind=card.classifier_kind,
             cv_mean_regret_pct=s.mean_regret_pct if s else None,
             cv_mean_gain_vs_default_pct=s.mean_gain_vs_default_pct if s else None,
             match=match,
@@ -413,7 +411,6 @@ def _mode(v: Any) -> Any:
 
 ModeIn = Annotated[CudaGraphMode, BeforeValidator(_mode)]
 RegressorIn = Literal["auto", "ridge", "knn", "extra_trees", "mean"]
-ClassifierIn = Literal["auto", "extra_trees", "random_forest", "gradient_boosting", "decision_tree", "knn"]
 
 
 class RetrainRequest(_Strict):
@@ -460,7 +457,6 @@ class RetrainRequest(_Strict):
     port: int | None = Field(None, ge=1, le=65535, description="port for the vLLM server")
     objective: ObjectiveIn | None = Field(None, description="the new model's default objective")
     regressor: RegressorIn = "auto"
-    classifier: ClassifierIn = "auto"
     reload: bool = Field(True, description="reload the service's models when the job succeeds")
 
     @model_validator(mode="after")
