@@ -120,7 +120,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Choose the CUDA Graph mode, merge it into vLLM's --compilation-config and start vLLM."""
         with handle_errors():
-            from graphmode.control.choose import ObjectiveSpec, choose_mode, merge_mode, user_choice
+            from graphmode.control.choose import ObjectiveSpec, choose_mode, merge_graph_config, user_choice
             from graphmode.control.state import check_deployment_id, load_state
             from graphmode.core.settings import load_settings
 
@@ -143,9 +143,9 @@ def register(app: typer.Typer) -> None:
                     objective=ObjectiveSpec(objective, tuple(constraint or ())),
                     default_metric=s.selector.objective, selector_url=selector_url,
                     models_dir=models_dir or s.selector.models_dir, model_id=model_id or s.selector.model_id,
-                    read_timeout_s=selector_timeout,
+                    read_timeout_s=selector_timeout, vllm_args=vllm_args,
                 )
-            plan = merge_mode(vllm_args, choice.mode, force=force)
+            plan = merge_graph_config(vllm_args, choice.mode, choice.capture, force=force)
             argv = [*command, *plan.args]
             for note in choice.notes:
                 console.print(f"graphmode: note: {note}", highlight=False, soft_wrap=True)

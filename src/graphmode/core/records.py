@@ -40,6 +40,27 @@ class ObservedFeatures(_Flat):
     preemptions: float | None = None
 
 
+class StepSizes(_Flat):
+    """Tokens per engine step over a window, as vLLM's ``/metrics`` shows them
+    (:func:`graphmode.profiling.features.compute_step_sizes` defines every field).
+
+    ``le`` are the finite upper edges of ``vllm:iteration_tokens_total``'s buckets and ``steps[i]`` the
+    steps that fell in bucket ``i`` during the window (not cumulative); ``steps`` has one more entry
+    than ``le``: the steps above the largest finite edge. ``running`` counts the samples of
+    ``vllm:num_requests_running`` by value.
+    """
+
+    le: list[float] = Field(default_factory=list)
+    steps: list[float] = Field(default_factory=list)
+    running: dict[int, int] = Field(default_factory=dict)
+    decode_steps: float | None = Field(None, description="steps that can be decode-only (tokens <= batch_max)")
+    mixed_steps: float | None = Field(None, description="steps that must hold prefill tokens (tokens > batch_max)")
+
+    @property
+    def n_steps(self) -> float:
+        return sum(self.steps)
+
+
 class LatencyStats(_Flat):
     """Client-side view of one workload run, in seconds and tokens."""
 
@@ -101,6 +122,12 @@ class StartupInfo(_Flat):
     requested_mode: str | None = None
     effective_mode: str | None = Field(None, description="mode vLLM ended up with, if it said so")
     capture_labels: list[str] = Field(default_factory=list, description="'Capturing CUDA graphs (X)' labels seen")
+    capture_sizes: list[int] | None = Field(None, description="cudagraph_capture_sizes of the resolved config")
+    max_capture_size: int | None = Field(None, description="max_cudagraph_capture_size of the resolved config")
+    graph_counts: dict[str, int] = Field(default_factory=dict, description="graphs captured per capture label")
+    downgrades: list[str] = Field(
+        default_factory=list, description="vLLM's lines overriding the requested mode or trimming capture sizes"
+    )
     non_default_args: dict[str, Any] | None = None
     gpu_uuid: str | None = Field(None, description="NVML UUID of the GPU this engine start ran on")
 
@@ -175,3 +202,4 @@ class CellRecord(_Flat):
     conditions: RunConditions = Field(default_factory=RunConditions)
     gpu_mem_used_gib_max: float | None = None
     gpu_mem_used_gib_mean: float | None = None
+    step_sizes: StepSizes | None = Field(None, description="tokens per engine step in the cell's window")
