@@ -9,8 +9,9 @@ whatever the traffic. Here the list follows the traffic instead.
 
 Method (exact for the discrete distribution it is given)
     The step-size distribution (:func:`step_distribution`) is a weight per integer token count. The
-    largest size is the smallest candidate that covers ``coverage`` of the steps a graph may take (steps
-    above ``limit``, the largest size vLLM allows, run un-graphed whatever is chosen). With the top fixed,
+    largest size is the upper edge of the histogram bucket holding the ``coverage`` quantile of the steps a
+    graph may take (steps above ``limit``, the largest size vLLM allows, run un-graphed whatever is chosen):
+    the edge, not the largest batch sampled, because the metrics bound a step only by its bucket. With the top fixed,
     dynamic programming over the sorted candidates picks the ``K - 1`` other sizes that minimise the
     expected padded tokens per step, for every ``K``; the answer is the fewest sizes whose padding is
     within ``padding_tolerance`` tokens per step of the least the budget allows. Candidates are 1, 2, 4,
@@ -344,8 +345,11 @@ def choose_capture_sizes(
         return _answer(mode, default, default, dist, d_stats, d_stats, costs, kv_bytes_per_token, steps, basis,
                        notes)
     cum = np.cumsum(dist.weight)
-    top = int(np.searchsorted(cum, coverage * graphable - 1e-9) )
-    top = max(top, 1)
+    top = max(int(np.searchsorted(cum, coverage * graphable - 1e-9)), 1)
+    # The histogram only bounds a step by its bucket's edge, and sparse running samples can miss the largest
+    # batches: the top size is that edge, so every step the histogram allows replays a graph.
+    assert steps is not None
+    top = min(next((math.floor(e) for e in steps.le if e >= top), top), cap)
     cands = _candidates(dist, top)
     k_max = min(budget.max_sizes or len(default), len(cands))
     best: tuple[float, list[int]] | None = None

@@ -1,0 +1,185 @@
+"""The whole graph configuration: downgrade rules and their log lines, launch merge, capture restarts, the
+recommendation's capture block through the CLI and the service schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from graphmode.cli.main import app
+from graphmode.control.choose import capture_keys, choose_mode, merge_graph_config
+from graphmode.control.policy import Advice, Policy, PolicyConfig, PolicyState, capture_gain, evaluate_capture
+from graphmode.core.errors import ConfigError
+from graphmode.core.modes import CudaGraphMode
+from graphmode.profiling.logparse import parse_startup_log, parse_startup_log_file
+from graphmode.selector.compat import Deployment, allowed_modes, deployment_of, resolve, safe_mode
+from graphmode.selector.describe import WorkloadDescription
+from graphmode.service.schemas import RecommendRequest
+from graphmode.vllm_args import compilation_config_of, user_capture_sizes, with_compilation_config
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+LINES = (FIXTURES / "vllm-downgrades" / "lines.log").read_text().splitlines()
+MODELS = ROOT / "models"
+
+
+# ------------------------------------------------------------------------------------------ log parsing
+def test_real_downgrade_lines_are_recorded_with_the_mode_vllm_ran() -> None:
+    spec, pooling, blackwell, eager = LINES
+    st = parse_startup_log(spec, requested_mode="FULL_AND_PIECEWISE")
+    assert st.effective_mode == "PIECEWISE"
+    assert st.downgrades == [spec.split("] ", 1)[1]]
+    assert parse_startup_log(pooling, requested_mode="FULL").effective_mode == "PIECEWISE"
+    assert parse_startup_log(blackwell, requested_mode="FULL").downgrades[0].startswith("NVIDIA Blackwell TRTLLM")
+    off = parse_startup_log(eager, requested_mode="FULL")
+    assert off.effective_mode == "NONE" and off.downgrades == []  # eager is asked for, not a downgrade
+
+
+def test_trimmed_sizes_line_from_vllms_format_string() -> None:
+    # No real log with this line yet: built from vllm/config/vllm.py's format string.
+    line = ("(EngineCore pid=1) WARNING 12-01 10:00:00 [vllm.py:1200] cudagraph_capture_sizes specified in "
+            "compilation_config [1, 2, 4, 1024] is overridden by config [1, 2, 4]")
+    st = parse_startup_log(line + "\n" + LINES[0])
+    assert st.downgrades[0].startswith("cudagraph_capture_sizes specified") and len(st.downgrades) == 2
+
+
+def test_h200_logs_have_sizes_graph_counts_and_no_downgrade() -> None:
+    full = parse_startup_log_file(FIXTURES / "vllm-0.24-h200" / "qwen0.5b-FULL_AND_PIECEWISE.log")
+    assert full.graph_counts == {"mixed prefill-decode, PIECEWISE": 51, "decode, FULL": 51}
+    assert full.capture_sizes is not None and len(full.capture_sizes) == 51 and full.max_capture_size == 512
+    for log in (FIXTURES / "vllm-0.24-h200").glob("*.log"):
+        st = parse_startup_log_file(log)
+        assert st.downgrades == [] and st.effective_mode == log.stem.split("-", 1)[1]
+    none = parse_startup_log_file(FIXTURES / "vllm-0.24-h200" / "llama1b-NONE.log")
+    assert none.capture_sizes == [] and none.graph_counts == {}
+
+
+# ------------------------------------------------------------------------------------------ compat rules
+def test_rules_follow_vllms_checks() -> None:
+    assert resolve("FULL", Deployment(attention_backend="FLASHINFER"))[0] == "FULL_AND_PIECEWISE"
+    assert resolve("FULL_AND_PIECEWISE", Deployment(attention_backend="FLASHINFER", speculative=True))[0] == \
+        "PIECEWISE"
+    assert resolve("FULL_AND_PIECEWISE", Deployment(attention_backend="FLASH_ATTN", speculative=True))[0] == \
+        "FULL_AND_PIECEWISE"
+    assert resolve("FULL", Deployment(pooling=True))[0] == "PIECEWISE"
+    assert resolve("FULL_AND_PIECEWISE", Deployment(encoder_decoder=True))[0] == "FULL_DECODE_ONLY"
+    assert resolve("FULL", Deployment(speculative=True, speculative_method="ngram"))[0] == "PIECEWISE"
+    assert resolve("FULL_DECODE_ONLY", Deployment(attention_backend="TRITON_MLA"))[0] == "PIECEWISE"
+    assert resolve("NONE", Deployment(pooling=True)) == ("NONE", [])
+    assert resolve("FULL", Deployment(attention_backend="SOMETHING_NEW")) == ("FULL", [])  # no rule: no guess
+    allowed = allowed_modes(Deployment(attention_backend="FLASHINFER"))
+    assert allowed["FULL"] and "FlashInfer".upper() in allowed["FULL"] and allowed["FULL_AND_PIECEWISE"] is None
+    mode, why = safe_mode("FULL", Deployment(attention_backend="FLASHINFER"))
+    assert mode == "FULL_AND_PIECEWISE" and why and "not recommended" in why
+
+
+def test_deployment_read_from_args_env_and_config() -> None:
+    dep = deployment_of(["--model", "m", "--speculative-config", '{"method": "eagle", "num_speculative_tokens": 3}'],
+                        env={"VLLM_ATTENTION_BACKEND": "flashinfer"})
+    assert dep.attention_backend == "FLASHINFER" and dep.speculative and dep.speculative_method == "eagle"
+    assert deployment_of(["--runner", "pooling"], env={}).pooling
+    assert deployment_of(["--task=embed"], env={}).pooling
+    assert deployment_of([], {"is_encoder_decoder": True}, env={}).encoder_decoder
+    assert deployment_of(["--attention-backend", "TRITON_ATTN"], env={"VLLM_ATTENTION_BACKEND": "X"}) \
+        .attention_backend == "TRITON_ATTN"
+
+
+# ------------------------------------------------------------------------------------------ launch merge
+def test_launch_merges_mode_and_sizes_keeping_user_keys() -> None:
+    args = ["--model", "m", "--compilation-config", '{"max_cudagraph_capture_size": 64, "backend": "inductor"}']
+    capture = {"cudagraph_capture_sizes": [1, 8, 24], "max_cudagraph_capture_size": 24}
+    plan = merge_graph_config(args, CudaGraphMode.FULL, capture, force=False)
+    cc = compilation_config_of(plan.args)
+    assert cc == {"backend": "inductor", "cudagraph_mode": "FULL", "cudagraph_capture_sizes": [1, 8, 24],
+                  "max_cudagraph_capture_size": 24}
+    assert plan.args.count("--compilation-config") == 1 and "3 sizes" in plan.message
+    mine = ["--compilation-config", '{"cudagraph_capture_sizes": [2, 4]}']
+    kept = merge_graph_config(mine, CudaGraphMode.FULL, capture, force=False)
+    assert compilation_config_of(kept.args)["cudagraph_capture_sizes"] == [2, 4]
+    assert "keeping the user's cudagraph_capture_sizes" in kept.message
+    forced = merge_graph_config(mine, CudaGraphMode.FULL, capture, force=True)
+    assert compilation_config_of(forced.args)["cudagraph_capture_sizes"] == [1, 8, 24]
+    off = merge_graph_config(args, CudaGraphMode.NONE, capture, force=False)
+    assert "cudagraph_capture_sizes" not in compilation_config_of(off.args)
+    # Sizes without a max drop the user's max: vLLM refuses the two when they disagree.
+    only = with_compilation_config(args, {"cudagraph_capture_sizes": [4]})
+    assert "max_cudagraph_capture_size" not in compilation_config_of(only)
+    with pytest.raises(ConfigError):
+        user_capture_sizes(["--compilation-config", '{"cudagraph_capture_sizes": [0, "x"]}'])
+
+
+def test_remote_capture_block_reaches_launch() -> None:
+    seen: list[dict[str, object]] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(req.content))
+        return httpx.Response(200, json={"mode": "FULL", "model_id": "r",
+                                         "capture": {"sizes": [1, 16], "max_capture_size": 16}})
+
+    c = choose_mode(workload=WorkloadDescription(rate=2, input_tokens=64, output_tokens=64),
+                    selector_url="http://svc", models_dir=None, transport=httpx.MockTransport(handler),
+                    vllm_args=["--attention-backend", "FLASHINFER"], step_sizes={"le": [1.0], "steps": [3.0, 0.0]})
+    assert c.capture == {"cudagraph_capture_sizes": [1, 16], "max_cudagraph_capture_size": 16}
+    assert seen[0]["vllm_args"] == ["--attention-backend", "FLASHINFER"] and "step_sizes" in seen[0]
+    assert capture_keys({"sizes": ["x"]}) is None and capture_keys(None) is None
+
+
+# ------------------------------------------------------------------------------------------ watch policy
+def test_capture_change_is_a_restart_weighed_like_a_mode_switch() -> None:
+    clock = [10_000.0]
+    policy = Policy(PolicyConfig(min_dwell_s=0, cooldown_s=0, min_gain=0.05, horizon_s=1800), clock=lambda: clock[0])
+    advice = Advice(best="FULL_AND_PIECEWISE", scores={"NONE": 0.010, "FULL_AND_PIECEWISE": 0.005})
+    gain, how = capture_gain(0.2, 1.0, advice, "FULL_AND_PIECEWISE")
+    assert gain == pytest.approx(0.8 * 1.0) and "penalty" in how
+    d = evaluate_capture(policy, PolicyState(), [1, 2, 512], [1, 2, 700], gain, startup_s=60.0, rate=10.0, how=how)
+    assert d.switch and d.numbers["benefit"] > d.numbers["cost"]
+    # Memory-only change: no latency gain, no restart.
+    gain0, _ = capture_gain(1.0, 1.0, advice, "FULL_AND_PIECEWISE")
+    assert not evaluate_capture(policy, PolicyState(), [1, 2, 512], [1, 2], gain0, startup_s=60, rate=10).switch
+    assert evaluate_capture(policy, PolicyState(), [1, 2], [2, 1], 1.0, startup_s=60, rate=10).action == "stay"
+    # A short horizon does not pay for a long restart.
+    short = Policy(PolicyConfig(min_dwell_s=0, cooldown_s=0, horizon_s=10), clock=lambda: clock[0])
+    assert evaluate_capture(short, PolicyState(), [1], [1, 700], 0.5, startup_s=600, rate=10).action == "stay"
+    assert capture_gain(None, 1.0, advice, "FULL")[0] is None
+
+
+# ------------------------------------------------------------------------------------------ answer surfaces
+STEPS = json.dumps({"le": [1.0, 8.0, 16.0, 32.0], "steps": [0.0, 400.0, 100.0, 0.0, 0.0],
+                    "running": {"4": 30, "12": 10}})
+
+
+def test_cli_json_carries_the_capture_block_and_the_downgrade_reason() -> None:
+    r = CliRunner().invoke(app, ["recommend", "--rate", "2", "--input-tokens", "64", "--output-tokens", "256",
+                                 "--models-dir", str(MODELS), "--gpu", "NVIDIA H200", "--vllm-version", "0.24.0",
+                                 "--objective", "ttft_p50", "--step-sizes", STEPS,
+                                 "--vllm-args", "--attention-backend FLASHINFER", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    cap = data["capture"]
+    # 100 of 500 steps pad 12 → 16: 0.8 tokens per step, within the 1-token tolerance of [4, 12, 16].
+    assert cap["sizes"] == [4, 16] and cap["default"]["sizes"][-1] == 512
+    assert cap["chosen"]["graphed_share"] == 1.0 and cap["excluded_modes"]["FULL"]
+    assert data["mode"] != "FULL"
+    cc = json.loads(data["compilation_config"])
+    assert cc["cudagraph_capture_sizes"] == [4, 16] and cc["cudagraph_mode"] == data["mode"]
+    table = CliRunner().invoke(app, ["recommend", "--rate", "2", "--input-tokens", "64", "--output-tokens", "256",
+                                     "--models-dir", str(MODELS), "--gpu", "NVIDIA H200", "--vllm-version", "0.24.0",
+                                     "--step-sizes", STEPS])
+    assert table.exit_code == 0 and "capture sizes" in table.stdout and "4, 16" in table.stdout
+    bad = CliRunner().invoke(app, ["recommend", "--rate", "2", "--input-tokens", "64", "--output-tokens", "256",
+                                   "--models-dir", str(MODELS), "--step-sizes", "{\"le\": 3}"])
+    assert bad.exit_code != 0 and "Traceback" not in bad.output
+
+
+def test_service_request_takes_the_optional_inputs() -> None:
+    body = RecommendRequest.model_validate({"workload": {"rate": 2, "input_tokens": 64, "output_tokens": 64},
+                                            "step_sizes": json.loads(STEPS), "vllm_args": ["--runner", "pooling"],
+                                            "capture_budget": {"max_sizes": 4}})
+    assert body.step_sizes is not None and body.capture_budget is not None and body.capture_budget.max_sizes == 4
+    with pytest.raises(ValueError):
+        RecommendRequest.model_validate({"workload": {"rate": 2, "input_tokens": 64, "output_tokens": 64},
+                                         "capture_budget": {"max_sizes": 0}})
