@@ -155,7 +155,8 @@ def section(datasets: Sequence[Path]) -> str:
             f"<tr><td>{html.escape(sh.label)}</td><td>{sh.cells}</td><td>{a.steps_observed:,.0f}</td>"
             f"<td>{html.escape(', '.join(map(str, a.sizes)))}</td><td>{len(a.default_sizes)}</td>"
             f"<td>{_pct(a.chosen.graphed_share)} / {_pct(a.default.graphed_share)}</td>"
-            f"<td>{_num(a.chosen.padded_tokens_per_step, '{:.2f}')} / {_num(a.default.padded_tokens_per_step, '{:.2f}')}</td>"
+            f"<td>{_num(a.chosen.padded_tokens_per_step, '{:.2f}')} / "
+            f"{_num(a.default.padded_tokens_per_step, '{:.2f}')}</td>"
             f"<td>{_num(a.chosen.capture_s, '{:.1f}')} / {_num(a.default.capture_s, '{:.1f}')}</td>"
             f"<td>{_num(a.chosen.graph_gib, '{:.2f}')} / {_num(a.default.graph_gib, '{:.2f}')}</td></tr>")
     parts.append("<table><tr><th>shape</th><th>cells</th><th>steps</th><th>chosen sizes</th><th>default sizes</th>"
