@@ -183,3 +183,47 @@ def test_service_request_takes_the_optional_inputs() -> None:
     with pytest.raises(ValueError):
         RecommendRequest.model_validate({"workload": {"rate": 2, "input_tokens": 64, "output_tokens": 64},
                                          "capture_budget": {"max_sizes": 0}})
+
+
+def test_watch_restarts_with_chosen_sizes_only_when_it_pays(tmp_path: Path) -> None:
+    import asyncio
+
+    from graphmode.control.controller import Controller, SwitchResult
+    from graphmode.profiling.metrics import Histogram, MetricsSnapshot
+
+    class Managed:
+        def __init__(self) -> None:
+            self.mode: str | None = "FULL_AND_PIECEWISE"
+            self.vllm_args = ["--model", "m", "--max-num-seqs", "1024"]
+            self.calls: list[list[str] | None] = []
+
+        def metrics_url(self) -> str | None:
+            return None
+
+        def command(self) -> list[str] | None:
+            return ["vllm", "serve", *self.vllm_args]
+
+        async def switch(self, mode: CudaGraphMode, vllm_args: list[str] | None = None) -> SwitchResult:
+            self.calls.append(vllm_args)
+            return SwitchResult(True, mode.value, "ok", startup_s=60.0, downtime_s=0.0, command=["x"])
+
+    def advisor(_: object) -> Advice:
+        return Advice(best="FULL_AND_PIECEWISE", scores={"NONE": 0.020, "FULL_AND_PIECEWISE": 0.005})
+
+    ex = Managed()
+    policy = Policy(PolicyConfig(min_dwell_s=0, cooldown_s=0, confirmations=1))
+    ctl = Controller("d", ex, advisor, policy, state_dir=tmp_path, capture_sizes=True)
+    # 5000 steps of 513..1024 tokens with 700 requests running: beyond the default list's 512.
+    for t, cum in enumerate((0.0, 5000.0)):
+        hist = Histogram(sum=0.0, count=cum, buckets=[(512.0, 0.0), (1024.0, cum), (float("inf"), cum)])
+        ctl.window.add(MetricsSnapshot(t=float(t * 30), num_requests_running=700, num_requests_waiting=0,
+                                       iteration_tokens=hist, request_success_total=float(t * 300)))
+    asyncio.run(ctl.step())
+    assert ex.calls and ex.calls[-1] is not None
+    cc = compilation_config_of(ex.calls[-1])
+    assert cc["max_cudagraph_capture_size"] == 1024 and 700 in cc["cudagraph_capture_sizes"]
+    assert ex.vllm_args == ex.calls[-1]  # later mode switches keep the sizes
+    assert ctl.state.decisions[-2]["action"] == "switch" and "capture" in ctl.state.decisions[-2]["current"]
+    # After the restart the window starts empty: no step sizes, no capture decision, no second restart.
+    asyncio.run(ctl.step())
+    assert len(ex.calls) == 1 and "capture" not in str(ctl.state.decisions[-1].get("current"))

@@ -290,3 +290,29 @@ def evaluate_capture(policy: Policy, state: PolicyState, current: list[int], pro
 def _sizes_label(sizes: list[int]) -> str:
     s = sorted(set(sizes))
     return f"[{', '.join(map(str, s))}]" if len(s) <= 6 else f"[{s[0]}..{s[-1]}, {len(s)} sizes]"
+
+
+def capture_decision(policy: Policy, state: PolicyState, mode: str, vllm_args: list[str], steps: Any,
+                     advice: Advice | None, *, rate: float | None,
+                     startup_s: float | None) -> tuple[Decision, list[str] | None]:
+    """Whether to restart ``mode``'s server with the capture sizes chosen for ``steps`` (a StepSizes), and
+    the vLLM args to restart with (``None`` unless the decision is a switch)."""
+    from graphmode.selector.capture import (
+        choose_capture_sizes,
+        default_capture_sizes,
+        list_stats,
+        step_distribution,
+    )
+    from graphmode.selector.graphconfig import int_flag
+    from graphmode.vllm_args import user_capture_sizes, with_compilation_config
+
+    seqs = int_flag(vllm_args, "--max-num-seqs") or 256
+    tokens = int_flag(vllm_args, "--max-num-batched-tokens")
+    current = user_capture_sizes(vllm_args) or default_capture_sizes(seqs, tokens)
+    answer = choose_capture_sizes(steps, mode=mode, max_num_seqs=seqs, max_num_batched_tokens=tokens)
+    # The current list's graphed share on the same distribution (it may be the user's, not the default).
+    dist = step_distribution(steps, tokens or 8192) if steps is not None else None
+    now_share = list_stats(current, dist, None, mode).graphed_share if dist is not None else None
+    gain, how = capture_gain(now_share, answer.chosen.graphed_share, advice, mode)
+    d = evaluate_capture(policy, state, current, answer.sizes, gain, startup_s=startup_s, rate=rate, how=how)
+    return d, (with_compilation_config(vllm_args, answer.compilation_config()) if d.switch else None)

@@ -234,7 +234,7 @@ class CaptureAnswer(BaseModel):
         return {"cudagraph_capture_sizes": self.sizes, "max_cudagraph_capture_size": self.max_capture_size}
 
 
-def _stats(sizes: Sequence[int], dist: Distribution, costs: CaptureCosts | None, mode: str) -> ListStats:
+def list_stats(sizes: Sequence[int], dist: Distribution, costs: CaptureCosts | None, mode: str) -> ListStats:
     capture_s = graph_gib = None
     if costs is not None and costs.n_starts:
         capture_s, graph_gib = (round(v, 3) for v in costs.predict(sizes, mode))
@@ -337,7 +337,7 @@ def choose_capture_sizes(
     dist = step_distribution(steps, cap) if steps is not None else Distribution(np.zeros(cap + 1), 0.0, ())
     basis = costs.basis if costs is not None else "no cost model"
     graphable = float(dist.weight.sum())
-    d_stats = _stats(default, dist, costs, mode)
+    d_stats = list_stats(default, dist, costs, mode)
     if graphable <= 0:
         why = ("no step in the window" if dist.total <= 0
                else f"every observed step is above {cap} tokens, the largest size vLLM allows")
@@ -380,7 +380,7 @@ def choose_capture_sizes(
     if sizes[-1] > default[-1]:
         notes.append(f"the largest size {sizes[-1]} is above the default's {default[-1]}: steps the default "
                      "runs without a graph get one")
-    return _answer(mode, sizes, default, dist, _stats(sizes, dist, costs, mode), d_stats, costs, kv_bytes_per_token,
+    return _answer(mode, sizes, default, dist, list_stats(sizes, dist, costs, mode), d_stats, costs, kv_bytes_per_token,
                    steps, basis, notes)
 
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from graphmode.selector.recommend import Recommendation
 
 
-def _int_flag(args: Sequence[str], *names: str) -> int | None:
+def int_flag(args: Sequence[str], *names: str) -> int | None:
     from graphmode.vllm_args import get_flag
 
     raw = get_flag(list(args), *names)
@@ -63,8 +63,8 @@ def complete(rec: Recommendation, *, step_sizes: StepSizes | None = None, vllm_a
                 "model_config_hash"), num_params_b=shape.get("num_params_b"))
         kv = kv_bytes_per_token(served_config) if served_config else None
         capture = choose_capture_sizes(
-            step_sizes, mode=mode, max_num_seqs=_int_flag(vllm_args, "--max-num-seqs") or 256,
-            max_num_batched_tokens=_int_flag(vllm_args, "--max-num-batched-tokens"), budget=budget, costs=costs,
+            step_sizes, mode=mode, max_num_seqs=int_flag(vllm_args, "--max-num-seqs") or 256,
+            max_num_batched_tokens=int_flag(vllm_args, "--max-num-batched-tokens"), budget=budget, costs=costs,
             kv_bytes_per_token=kv)
         capture.excluded_modes = blocked
     cc = json.loads(rec.compilation_config) if rec.compilation_config else {}
