@@ -158,3 +158,17 @@ def test_costs_from_the_bundled_dataset_pick_the_shape() -> None:
     small, big = costs_from_dataset(dataset, num_params_b=1.2), costs_from_dataset(dataset, num_params_b=8.0)
     assert small.n_starts > 0 and big.n_starts > 0
     assert big.gib_per_graph > small.gib_per_graph  # 0.68 vs 0.27 GiB for 51 FULL graphs
+
+
+def test_bad_step_sizes_are_refused_and_huge_limits_stay_fast() -> None:
+    import time
+
+    for bad in ({"le": [8.0, 1.0], "steps": [1.0, 1.0]}, {"le": [1.0], "steps": [-1.0]},
+                {"le": [1.0], "steps": [1.0, 1.0, 1.0]}, {"le": [float("nan")], "steps": [1.0]},
+                {"le": [1.0], "steps": [1.0], "running": {"-3": 1}}):
+        with pytest.raises(ValueError):
+            StepSizes.model_validate(bad)
+    wide = StepSizes(le=[1.0, 1_000_000.0], steps=[10.0, 1000.0, 0.0])
+    t0 = time.perf_counter()
+    ans = choose_capture_sizes(wide, max_num_batched_tokens=10_000_000, budget=CaptureBudget(max_sizes=10_000))
+    assert time.perf_counter() - t0 < 10 and ans.max_capture_size == 65536 and len(ans.sizes) <= 128

@@ -227,3 +227,27 @@ def test_watch_restarts_with_chosen_sizes_only_when_it_pays(tmp_path: Path) -> N
     # After the restart the window starts empty: no step sizes, no capture decision, no second restart.
     asyncio.run(ctl.step())
     assert len(ex.calls) == 1 and "capture" not in str(ctl.state.decisions[-1].get("current"))
+
+
+def test_service_answers_with_the_capture_block() -> None:
+    from starlette.testclient import TestClient
+
+    from graphmode.core.settings import Settings
+    from graphmode.service.app import create_app
+
+    app = create_app(Settings(), models_dir=MODELS, target=None)
+    body = {"workload": {"rate": 2, "input_tokens": 64, "output_tokens": 256},
+            "objective": {"metric": "ttft_p50"}, "step_sizes": json.loads(STEPS),
+            "vllm_args": ["--attention-backend", "FLASHINFER"], "capture_budget": {"max_sizes": 1},
+            "served_model_config": json.loads((MODELS / "shapes" / "llama-3.1-8b.json").read_text())}
+    with TestClient(app) as tc:
+        r = tc.post("/v1/recommend", json=body)
+        assert r.status_code == 200, r.text
+        data = r.json()
+        assert data["capture"]["sizes"] == [16]  # the budget allows one size: the top bucket's edge
+        assert data["capture"]["kv_tokens_gained"] > 0 and data["mode"] != "FULL"
+        assert json.loads(data["compilation_config"])["cudagraph_capture_sizes"] == [16]
+        plain = tc.post("/v1/recommend", json={"workload": body["workload"]}).json()
+        assert plain["capture"] is None
+        bad = tc.post("/v1/recommend", json={**body, "step_sizes": {"le": "x"}})
+        assert bad.status_code == 422

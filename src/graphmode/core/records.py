@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Flat(BaseModel):
@@ -55,6 +56,21 @@ class StepSizes(_Flat):
     running: dict[int, int] = Field(default_factory=dict)
     decode_steps: float | None = Field(None, description="steps that can be decode-only (tokens <= batch_max)")
     mixed_steps: float | None = Field(None, description="steps that must hold prefill tokens (tokens > batch_max)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StepSizes:
+        if len(self.le) > 1000 or len(self.running) > 100_000:
+            raise ValueError("too many buckets or running values")
+        if any(not (math.isfinite(e) and e > 0) for e in self.le) or any(
+                b <= a for a, b in zip(self.le, self.le[1:], strict=False)):
+            raise ValueError("le must be finite, positive and strictly increasing")
+        if len(self.steps) not in (len(self.le), len(self.le) + 1):
+            raise ValueError("steps needs one count per bucket (and optionally one for steps above the last)")
+        if any(not (math.isfinite(n) and n >= 0) for n in self.steps):
+            raise ValueError("step counts must be finite and non-negative")
+        if any(k < 0 or v < 0 for k, v in self.running.items()):
+            raise ValueError("running values and their counts must be non-negative")
+        return self
 
     @property
     def n_steps(self) -> float:

@@ -263,8 +263,18 @@ def list_stats(sizes: Sequence[int], dist: Distribution, costs: CaptureCosts | N
     )
 
 
+MAX_CANDIDATES = 1024  # keeps the O(K n²) DP well under a second
+MAX_SIZES = 128  # more sizes than vLLM's default list ever has (51 up to 512, 67 up to 768, ...)
+MAX_LIMIT = 65536  # no capture size above this is considered (vLLM's token budget is usually 2048-16384)
+
+
 def _candidates(dist: Distribution, top: int) -> list[int]:
-    pool = {1, 2, 4, *range(8, top + 1, 8), *dist.observed, top}
+    # Multiples of 8, thinned to multiples of 8·k when a large top would give too many.
+    step = 8 * max(1, math.ceil(top / 8 / MAX_CANDIDATES))
+    observed = dist.observed
+    if len(observed) > MAX_CANDIDATES // 2:  # keep the most frequent batch sizes
+        observed = tuple(sorted(sorted(observed, key=lambda n: -dist.weight[n])[: MAX_CANDIDATES // 2]))
+    pool = {1, 2, 4, *range(step, top + 1, step), *observed, top}
     return sorted(c for c in pool if 1 <= c <= top)
 
 
@@ -333,6 +343,7 @@ def choose_capture_sizes(
     cap = limit if limit is not None else (max_num_batched_tokens or 8192)
     if cap < 1:
         raise ValueError(f"the capture-size limit must be at least 1, got {cap}")
+    cap = min(cap, MAX_LIMIT)
     notes: list[str] = []
     dist = step_distribution(steps, cap) if steps is not None else Distribution(np.zeros(cap + 1), 0.0, ())
     basis = costs.basis if costs is not None else "no cost model"
@@ -351,7 +362,7 @@ def choose_capture_sizes(
     assert steps is not None
     top = min(next((math.floor(e) for e in steps.le if e >= top), top), cap)
     cands = _candidates(dist, top)
-    k_max = min(budget.max_sizes or len(default), len(cands))
+    k_max = min(budget.max_sizes or len(default), len(cands), MAX_SIZES)
     best: tuple[float, list[int]] | None = None
     lists = _best_lists(dist, cands, k_max)
     allowed = [(p, s) for p, s in lists if _within(s, budget, costs, mode)]
