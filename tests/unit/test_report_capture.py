@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
+
+import pytest
 
 from graphmode.core.dataset import ProfileStore
 from graphmode.core.records import Fingerprint, StartupInfo, StepSizes
@@ -51,3 +54,21 @@ def test_datasets_without_step_sizes_get_a_note(tmp_path: Path) -> None:
     shutil.copy(FIXTURES / "profile-cpu.sqlite", old)
     text = section([old])
     assert "No cell recorded its step sizes" in text and "<div class='fig'>" not in text
+
+
+def test_bench_script_prints_sizes_per_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("capture_sizes", root / "bench" / "capture_sizes.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ds = _dataset(tmp_path / "p.sqlite")
+    assert mod.main([str(ds), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [o["workload"] for o in out] == ["w0", "w1"]
+    assert out[0]["compilation_config"]["max_cudagraph_capture_size"] == 16  # w0's steps end in (8, 16]
+    assert out[1]["compilation_config"]["max_cudagraph_capture_size"] == 32
+    assert mod.main([str(ds)]) == 0 and "| LlamaForCausalLM 8.0B | w0 |" in capsys.readouterr().out
+    assert mod.main([str(tmp_path / "missing.sqlite")]) == 2

@@ -33,13 +33,13 @@ class ShapeSteps:
     answer: CaptureAnswer
 
 
-def _label(row: dict[str, Any]) -> str:
+def shape_label(row: dict[str, Any]) -> str:
     arch = row.get("fp_model_architecture") or "?"
     params = row.get("fp_num_params_b")
     return f"{arch} {params:.1f}B" if isinstance(params, int | float) else str(arch)
 
 
-def _add(total: StepSizes | None, s: StepSizes) -> StepSizes | None:
+def add_steps(total: StepSizes | None, s: StepSizes) -> StepSizes | None:
     if total is None:
         return s.model_copy(deep=True)
     if total.le != s.le:
@@ -69,11 +69,11 @@ def shape_steps(datasets: Sequence[Path]) -> tuple[list[ShapeSteps], int]:
             if s is None:
                 missing += 1
                 continue
-            groups[(_label(r), r.get("fp_model_config_hash"))].append(s)
+            groups[(shape_label(r), r.get("fp_model_config_hash"))].append(s)
         for (label, chash), items in groups.items():
             total: StepSizes | None = None
             for s in items:
-                total = _add(total, s)
+                total = add_steps(total, s)
                 if total is None:
                     break
             if total is None:
