@@ -251,3 +251,15 @@ def test_service_answers_with_the_capture_block() -> None:
         assert plain["capture"] is None
         bad = tc.post("/v1/recommend", json={**body, "step_sizes": {"le": "x"}})
         assert bad.status_code == 422
+
+
+def test_launch_never_passes_a_mode_vllm_would_downgrade(tmp_path: Path) -> None:
+    # No model anywhere: vLLM's default FULL_AND_PIECEWISE, which FlashInfer with speculative decoding runs
+    # as PIECEWISE; the launcher asks for PIECEWISE and says why.
+    args = ["--model", "m", "--attention-backend", "FLASHINFER", "--speculative-config",
+            '{"method": "eagle", "num_speculative_tokens": 2}']
+    c = choose_mode(models_dir=tmp_path / "none", vllm_args=args)
+    assert c.mode is CudaGraphMode.PIECEWISE and c.source == "default"
+    assert any("FLASHINFER" in n and "PIECEWISE" in n for n in c.notes)
+    assert choose_mode(models_dir=tmp_path / "none", vllm_args=["--model", "m"]).mode is \
+        CudaGraphMode.FULL_AND_PIECEWISE

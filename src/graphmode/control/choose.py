@@ -184,6 +184,13 @@ def choose_mode(
         basis, inputs = "static", None
 
     def done(c: Choice) -> Choice:
+        if vllm_args is not None:  # whatever answered, never a mode vLLM would downgrade in this deployment
+            from graphmode.selector.compat import deployment_of, safe_mode
+
+            runs, why = safe_mode(c.mode.value, deployment_of(vllm_args))
+            if why:
+                c.mode = parse_mode(runs)
+                c.notes.append(why)
         c.elapsed_ms = (time.perf_counter() - t0) * 1e3
         return c
 
