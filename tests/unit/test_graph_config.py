@@ -263,3 +263,18 @@ def test_launch_never_passes_a_mode_vllm_would_downgrade(tmp_path: Path) -> None
     assert any("FLASHINFER" in n and "PIECEWISE" in n for n in c.notes)
     assert choose_mode(models_dir=tmp_path / "none", vllm_args=["--model", "m"]).mode is \
         CudaGraphMode.FULL_AND_PIECEWISE
+
+
+def test_complete_survives_bad_flags_and_a_broken_model_folder(tmp_path: Path) -> None:
+    from graphmode.core.records import StepSizes
+    from graphmode.selector.graphconfig import complete
+    from graphmode.selector.recommend import Recommender
+
+    rec = Recommender.load(MODELS, None)
+    ans = rec.recommend(WorkloadDescription(rate=2, input_tokens=64, output_tokens=64), None)
+    (tmp_path / "dataset.sqlite").write_text("not sqlite")
+    out = complete(ans, step_sizes=StepSizes.model_validate_json(STEPS), model_folder=tmp_path,
+                   vllm_args=["--max-num-batched-tokens", "0", "--max-num-seqs", "x"])
+    assert out.capture is not None and out.capture.chosen.capture_s is None
+    assert any("capture costs unavailable" in n for n in out.notes)
+    assert out.capture.default_sizes == [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]

@@ -27,6 +27,7 @@ Costs (:class:`CaptureCosts`)
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -448,8 +449,18 @@ def costs_from_dataset(path: Any, *, model_config_hash: str | None = None,
     """:class:`CaptureCosts` from the engine starts in a profile dataset, for one model shape.
 
     Rows of the shape with ``model_config_hash`` when given and present; else of the shape nearest in
-    parameters; else all rows. Each engine start counts once (its cells share its start-up log).
+    parameters; else all rows. Each engine start counts once (its cells share its start-up log). Cached
+    per file version: the service answers many requests from one model folder.
     """
+    import os
+
+    stat = os.stat(path)
+    return _costs_cached(str(path), stat.st_mtime_ns, stat.st_size, model_config_hash, num_params_b)
+
+
+@functools.lru_cache(maxsize=32)
+def _costs_cached(path: str, _mtime_ns: int, _size: int, model_config_hash: str | None,
+                  num_params_b: float | None) -> CaptureCosts:
     from graphmode.core.dataset import ProfileStore
 
     with ProfileStore(path, readonly=True) as store:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from graphmode.core.errors import DatasetError
 from graphmode.core.fingerprint import shape_of_config
 from graphmode.core.records import StepSizes
 from graphmode.selector.capture import (
@@ -34,9 +35,10 @@ def int_flag(args: Sequence[str], *names: str) -> int | None:
 
     raw = get_flag(list(args), *names)
     try:
-        return int(raw) if raw is not None else None
+        value = int(raw) if raw is not None else None
     except ValueError:
         return None
+    return value if value is not None and value >= 1 else None  # vLLM would refuse it anyway
 
 
 def complete(rec: Recommendation, *, step_sizes: StepSizes | None = None, vllm_args: Sequence[str] = (),
@@ -59,8 +61,11 @@ def complete(rec: Recommendation, *, step_sizes: StepSizes | None = None, vllm_a
     if step_sizes is not None and mode != "NONE":
         if costs is None and model_folder is not None and (model_folder / "dataset.sqlite").is_file():
             shape = shape_of_config(dict(served_config)) if served_config else {}
-            costs = costs_from_dataset(model_folder / "dataset.sqlite", model_config_hash=shape.get(
-                "model_config_hash"), num_params_b=shape.get("num_params_b"))
+            try:
+                costs = costs_from_dataset(model_folder / "dataset.sqlite", model_config_hash=shape.get(
+                    "model_config_hash"), num_params_b=shape.get("num_params_b"))
+            except (DatasetError, OSError) as exc:
+                notes.append(f"capture costs unavailable ({exc}): sizes chosen without predicted seconds or GiB")
         kv = kv_bytes_per_token(served_config) if served_config else None
         capture = choose_capture_sizes(
             step_sizes, mode=mode, max_num_seqs=int_flag(vllm_args, "--max-num-seqs") or 256,
