@@ -172,3 +172,16 @@ def test_bad_step_sizes_are_refused_and_huge_limits_stay_fast() -> None:
     t0 = time.perf_counter()
     ans = choose_capture_sizes(wide, max_num_batched_tokens=10_000_000, budget=CaptureBudget(max_sizes=10_000))
     assert time.perf_counter() - t0 < 10 and ans.max_capture_size == 65536 and len(ans.sizes) <= 128
+
+
+def test_decode_only_mode_says_mixed_steps_run_without_a_graph() -> None:
+    steps = StepSizes(le=EDGES, steps=[0.0, 90.0, 0.0, 0.0, 10.0, *[0.0] * 9], running={6: 5},
+                      decode_steps=90.0, mixed_steps=10.0)
+    ans = choose_capture_sizes(steps, mode="FULL_DECODE_ONLY")
+    assert any("the 10 steps that carry prefill" in n for n in ans.notes)
+    assert not any("above 8192" in n for n in ans.notes) and ans.steps_above_limit == 10
+    # The (32, 64] steps hold prefill: no graph for them in this mode, so the list stops at the decode bucket.
+    assert ans.max_capture_size == 8 and ans.chosen.graphed_share == pytest.approx(0.9)
+    assert ans.default.graphed_share == pytest.approx(0.9)
+    both = choose_capture_sizes(steps)  # FULL_AND_PIECEWISE graphs the mixed steps too
+    assert both.max_capture_size == 64 and not any("prefill" in n for n in both.notes)

@@ -223,7 +223,9 @@ class CaptureAnswer(BaseModel):
     graph_gib_saved: float | None = None
     kv_tokens_gained: int | None = Field(None, description="graph GiB saved / KV bytes per token")
     steps_observed: float = 0.0
-    steps_above_limit: float = Field(0.0, description="steps larger than any size vLLM allows: never graphed")
+    steps_above_limit: float = Field(
+        0.0, description="steps no graph can take: above the largest size vLLM allows (and, in FULL_DECODE_ONLY, "
+        "the steps with prefill tokens)")
     decode_steps: float | None = None
     mixed_steps: float | None = None
     costs_basis: str = ""
@@ -346,6 +348,13 @@ def choose_capture_sizes(
         raise ValueError(f"the capture-size limit must be at least 1, got {cap}")
     cap = min(cap, MAX_LIMIT)
     notes: list[str] = []
+    prefill_moved = 0.0
+    if steps is not None and mode.upper() == "FULL_DECODE_ONLY" and steps.mixed_steps:
+        before = steps.steps[-1] if len(steps.steps) > len(steps.le) else 0.0
+        steps = _decode_only(steps)
+        prefill_moved = steps.steps[-1] - before
+        notes.append(f"FULL_DECODE_ONLY graphs decode steps only: the {prefill_moved:g} steps that carry "
+                     "prefill tokens run without a graph whatever the list, and count as un-graphed")
     dist = step_distribution(steps, cap) if steps is not None else Distribution(np.zeros(cap + 1), 0.0, ())
     basis = costs.basis if costs is not None else "no cost model"
     graphable = float(dist.weight.sum())
@@ -385,8 +394,9 @@ def choose_capture_sizes(
             break
     assert best is not None
     sizes = best[1]
-    if dist.above > 0:
-        share = dist.above / dist.total
+    beyond = dist.above - prefill_moved
+    if beyond > 1e-9:
+        share = beyond / dist.total
         notes.append(f"{share:.1%} of steps are above {cap} tokens, the largest size vLLM allows: they run "
                      "without a graph whatever the list")
     if sizes[-1] > default[-1]:
@@ -394,6 +404,17 @@ def choose_capture_sizes(
                      "runs without a graph get one")
     return _answer(mode, sizes, default, dist, list_stats(sizes, dist, costs, mode), d_stats, costs, kv_bytes_per_token,
                    steps, basis, notes)
+
+
+def _decode_only(steps: StepSizes) -> StepSizes:
+    """``steps`` with the buckets that must hold prefill tokens (lower edge at or above the largest running
+    sample, the rule of :func:`graphmode.profiling.features.compute_step_sizes`) moved above every size."""
+    batch_max = max(steps.running)
+    lowers = [0.0, *steps.le]
+    kept = [0.0 if lower >= batch_max else n for lower, n in zip(lowers, steps.steps, strict=False)]
+    moved = sum(steps.steps[: len(steps.le)]) - sum(kept[: len(steps.le)])
+    above = steps.steps[len(steps.le)] if len(steps.steps) > len(steps.le) else 0.0
+    return steps.model_copy(update={"steps": [*kept[: len(steps.le)], above + moved]})
 
 
 def _within(sizes: Sequence[int], budget: CaptureBudget, costs: CaptureCosts | None, mode: str) -> bool:
