@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -278,3 +279,24 @@ def test_complete_survives_bad_flags_and_a_broken_model_folder(tmp_path: Path) -
     assert out.capture is not None and out.capture.chosen.capture_s is None
     assert any("capture costs unavailable" in n for n in out.notes)
     assert out.capture.default_sizes == [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
+
+
+def test_cli_server_measures_the_step_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import graphmode.selector.live as live
+    from graphmode.profiling.metrics import parse_metrics
+
+    texts = [(FIXTURES / "vllm-0.32-cpu" / n).read_text() for n in ("metrics-idle.txt", "metrics-after-load.txt")]
+    calls: list[int] = []
+
+    def fake_scrape(url: str, timeout: float = 5.0, *, clock: Any) -> object:
+        calls.append(1)
+        return parse_metrics(texts[min(len(calls) - 1, 1)], clock())
+
+    monkeypatch.setattr(live, "scrape_sync", fake_scrape)
+    r = CliRunner().invoke(app, ["recommend", "--server", "localhost:8000", "--window", "1", "--interval", "0.5",
+                                 "--models-dir", str(MODELS), "--gpu", "NVIDIA H200", "--vllm-version", "0.24.0",
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    cap = json.loads(r.stdout)["capture"]
+    # The real capture: 37 steps, the largest in (16, 32]: the list stops at that bucket's edge.
+    assert cap["steps_observed"] == 37 and cap["max_capture_size"] == 32 and cap["chosen"]["graphed_share"] == 1.0
