@@ -300,3 +300,50 @@ def test_cli_server_measures_the_step_sizes(monkeypatch: pytest.MonkeyPatch) -> 
     cap = json.loads(r.stdout)["capture"]
     # The real capture: 37 steps, the largest in (16, 32]: the list stops at that bucket's edge.
     assert cap["steps_observed"] == 37 and cap["max_capture_size"] == 32 and cap["chosen"]["graphed_share"] == 1.0
+
+
+def test_launch_uses_the_step_sizes_watch_saved(tmp_path: Path) -> None:
+    from graphmode.control.state import DeploymentState, save_state
+
+    steps = json.loads(STEPS)
+    save_state(tmp_path, DeploymentState(deployment_id="d1", last_step_sizes=steps))
+    base = ["launch", "--dry-run", "--json", "--models-dir", str(tmp_path / "no-models"), "--state-dir",
+            str(tmp_path), "--deployment-id", "d1"]
+    r = CliRunner().invoke(app, [*base, "--", "--model", "m", "--compilation-config", '{"backend":"inductor"}'])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    # No model: vLLM's default mode, with the sizes chosen for the saved steps, the user's key kept.
+    assert out["source"] == "default" and out["capture"]["cudagraph_capture_sizes"] == [4, 16]
+    cc = compilation_config_of(out["argv"])
+    assert cc == {"backend": "inductor", "cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [4, 16],
+                  "max_cudagraph_capture_size": 16}
+    # The user's own sizes win without --force.
+    mine = CliRunner().invoke(app, [*base, "--", "--compilation-config", '{"cudagraph_capture_sizes":[8]}'])
+    assert compilation_config_of(json.loads(mine.stdout.strip().splitlines()[-1])["argv"])[
+        "cudagraph_capture_sizes"] == [8]
+
+
+def test_watch_saves_the_window_step_sizes(tmp_path: Path) -> None:
+    import asyncio
+
+    from graphmode.control.controller import Controller
+    from graphmode.profiling.metrics import parse_metrics
+
+    class Attached:
+        mode: str | None = "FULL_AND_PIECEWISE"
+
+        def metrics_url(self) -> str | None:
+            return None
+
+        def command(self) -> list[str] | None:
+            return None
+
+        async def switch(self, mode: CudaGraphMode, vllm_args: list[str] | None = None) -> Any:
+            raise AssertionError("no switch expected")
+
+    ctl = Controller("d2", Attached(), lambda _f: None, Policy(PolicyConfig()), state_dir=tmp_path, dry_run=True)
+    for t, name in ((0.0, "metrics-idle.txt"), (10.0, "metrics-after-load.txt")):
+        ctl.window.add(parse_metrics((FIXTURES / "vllm-0.32-cpu" / name).read_text(), t))
+    asyncio.run(ctl.step())
+    saved = ctl.state.last_step_sizes
+    assert saved is not None and saved["steps"][:4] == [16.0, 16.0, 4.0, 1.0]

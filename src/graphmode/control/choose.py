@@ -191,6 +191,8 @@ def choose_mode(
             if why:
                 c.mode = parse_mode(runs)
                 c.notes.append(why)
+        if step_sizes is not None and c.mode.value != "NONE" and c.capture is None:
+            c.capture = _capture_for(c.mode.value, step_sizes, vllm_args or [], c.notes)
         c.elapsed_ms = (time.perf_counter() - t0) * 1e3
         return c
 
@@ -260,6 +262,26 @@ def choose_mode(
         notes.append(f"local model unavailable: {exc}")
     return done(Choice(DEFAULT_MODE, "default", "default",
                        f"no selector answered: vLLM's default {DEFAULT_MODE.value}", notes))
+
+
+def _capture_for(mode: str, step_sizes: Mapping[str, Any], vllm_args: Sequence[str],
+                 notes: list[str]) -> dict[str, Any] | None:
+    """Capture-size keys for ``mode`` when no selector gave them (static or default choice)."""
+    from pydantic import ValidationError
+
+    from graphmode.core.records import StepSizes
+    from graphmode.selector.capture import choose_capture_sizes
+    from graphmode.selector.graphconfig import int_flag
+
+    try:
+        steps = StepSizes.model_validate(dict(step_sizes))
+    except ValidationError as exc:
+        notes.append(f"saved step sizes unusable ({exc.errors()[0]['msg']}): vLLM's default capture sizes")
+        return None
+    ans = choose_capture_sizes(steps, mode=mode, max_num_seqs=int_flag(vllm_args, "--max-num-seqs") or 256,
+                               max_num_batched_tokens=int_flag(vllm_args, "--max-num-batched-tokens"))
+    notes.extend(ans.notes)
+    return capture_keys(ans) if ans.sizes != ans.default_sizes else None
 
 
 @dataclass(frozen=True)

@@ -291,6 +291,9 @@ class Controller:
             if feats is not None:
                 self.state.last_features = feats.model_dump()
                 self.state.last_features_at = time.time()
+                steps = None if self.injected is not None else self.window.step_sizes()
+                if steps is not None:
+                    self.state.last_step_sizes = steps.model_dump(mode="json")
                 try:
                     advice = await asyncio.to_thread(self.advisor, feats)
                 except GraphmodeError as exc:
