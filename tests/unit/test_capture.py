@@ -57,12 +57,14 @@ def test_costs_fit_from_real_logs_reproduce_the_measured_totals() -> None:
     for mode, secs, gib in (("FULL", 3.0, 0.68), ("FULL_AND_PIECEWISE", 6.0, 0.98), ("PIECEWISE", 5.0, 0.35)):
         p_s, p_g = costs.predict(default, mode)
         assert p_s == pytest.approx(secs, abs=2.0) and p_g == pytest.approx(gib, abs=0.35), mode
-    # With starts of two list shapes both terms are identified and recovered exactly.
-    truth = (0.05, 0.0002, 0.004, 0.00001)
+    assert not costs.identified
+    # With starts of different lists both terms are identified and recovered exactly.
+    truth = (0.05, 0.0002, 0.004, 0.0003)
     lists = [[1, 2, 4, 8], [8, 64, 256, 512], list(range(8, 129, 8))]
-    fit = CaptureCosts.fit((s, "FULL", truth[0] * len(s) + truth[1] * sum(s), truth[2] * len(s) + truth[3] * sum(s))
+    fit = CaptureCosts.fit((s, "FULL", truth[0] * len(s) + truth[1] * sum(s), truth[2] * len(s) + truth[3] * max(s))
                            for s in lists)
-    assert (fit.s_per_graph, fit.s_per_token, fit.gib_per_graph, fit.gib_per_token) == pytest.approx(truth)
+    assert (fit.s_per_graph, fit.s_per_token, fit.gib_per_graph, fit.gib_per_max_token) == pytest.approx(truth)
+    assert fit.identified and "different size lists" in fit.basis
     assert CaptureCosts.fit([]).n_starts == 0
 
 

@@ -19,10 +19,12 @@ Method (exact for the discrete distribution it is given)
     list looks like one vLLM would use.
 
 Costs (:class:`CaptureCosts`)
-    Capture seconds and graph GiB are predicted as linear in the number of graphs and in the sum of their
-    sizes, least squares through the origin on measured engine starts (vLLM's "Graph capturing finished
-    in N secs, took X GiB" with the resolved size list). When every measured start captured the same list
-    the two terms cannot be told apart and the fit is per graph only: say so (``basis``).
+    Capture seconds linear in the number of graphs and the sum of their sizes; graph GiB linear in the
+    number of graphs and the largest size, the shape of vLLM's own estimate (one largest capture fills the
+    shared pool, each further graph adds an overhead). Least squares through the origin on measured engine
+    starts (vLLM's "Graph capturing finished in N secs, took X GiB" with the resolved size list). When every
+    measured start captured the same list the size terms cannot be told apart and the fit is per graph
+    only: the GiB saved is then an upper bound, and ``basis`` says so.
 """
 
 from __future__ import annotations
@@ -130,19 +132,28 @@ class CaptureBudget(BaseModel):
 
 
 class CaptureCosts(BaseModel):
-    """Capture seconds and graph GiB as ``a * graphs + b * (sum of sizes over graphs)``."""
+    """Capture seconds and graph GiB of a size list, fit on measured engine starts.
+
+    Seconds: ``s_per_graph * graphs + s_per_token * (sum of sizes over graphs)`` (each graph is one capture,
+    larger ones take longer). GiB: ``gib_per_graph * graphs + gib_per_max_token * largest size``, the shape
+    of vLLM's own estimate (``profile_cudagraph_memory`` in vllm/v1/worker/gpu_model_runner.py: the first,
+    largest capture fills the shared pool, every further graph adds a per-graph overhead; FULL and
+    PIECEWISE overlay the pool). ``identified`` is False when every start captured one list, so only the
+    per-graph terms could be fit: the GiB saved is then an upper bound (the largest graph's pool stays).
+    """
 
     s_per_graph: float = 0.0
     s_per_token: float = 0.0
     gib_per_graph: float = 0.0
-    gib_per_token: float = 0.0
+    gib_per_max_token: float = 0.0
     n_starts: int = 0
+    identified: bool = False
     basis: str = "no measured engine start"
 
     def predict(self, sizes: Sequence[int], mode: str) -> tuple[float, float]:
         g = graphs_per_size(mode)
-        n, tok = g * len(sizes), g * sum(sizes)
-        return (self.s_per_graph * n + self.s_per_token * tok, self.gib_per_graph * n + self.gib_per_token * tok)
+        n, tok, top = g * len(sizes), g * sum(sizes), max(sizes, default=0)
+        return (self.s_per_graph * n + self.s_per_token * tok, self.gib_per_graph * n + self.gib_per_max_token * top)
 
     @classmethod
     def fit(cls, starts: Iterable[tuple[Sequence[int], str, float, float]]) -> CaptureCosts:
@@ -150,22 +161,23 @@ class CaptureCosts(BaseModel):
         rows = [(list(s), m, c, g) for s, m, c, g in starts if s and graphs_per_size(m) > 0]
         if not rows:
             return cls()
-        x = np.array([[graphs_per_size(m) * len(s), graphs_per_size(m) * sum(s)] for s, m, _, _ in rows], float)
+        n = np.array([graphs_per_size(m) * len(s) for s, m, _, _ in rows], float)
+        x_s = np.column_stack([n, [graphs_per_size(m) * sum(s) for s, m, _, _ in rows]])
+        x_g = np.column_stack([n, [max(s) for s, _, _, _ in rows]])
         secs = np.array([r[2] for r in rows], float)
         gib = np.array([r[3] for r in rows], float)
-        # Two terms only when the starts captured lists of different shape (size per graph varies).
-        two = np.linalg.matrix_rank(x / x[:, :1]) >= 2
-        if two:
-            a_s, b_s = _nonneg_lstsq(x, secs)
-            a_g, b_g = _nonneg_lstsq(x, gib)
+        # The size terms are identified only when the starts captured lists of different shape.
+        ident_s = np.linalg.matrix_rank(x_s / n[:, None]) >= 2
+        ident_g = np.linalg.matrix_rank(x_g) >= 2 and len({len(s) for s, _, _, _ in rows}) > 1
+        a_s, b_s = _nonneg_lstsq(x_s, secs) if ident_s else (float(secs @ n / (n @ n)), 0.0)
+        a_g, b_g = _nonneg_lstsq(x_g, gib) if ident_g else (float(gib @ n / (n @ n)), 0.0)
+        if ident_s and ident_g:
             basis = f"least squares on {len(rows)} engine starts with different size lists"
         else:
-            a_s, b_s = float(secs @ x[:, 0] / (x[:, 0] @ x[:, 0])), 0.0
-            a_g, b_g = float(gib @ x[:, 0] / (x[:, 0] @ x[:, 0])), 0.0
-            basis = (f"per graph, from {len(rows)} engine starts that all captured one size list "
-                     "(a per-size term needs starts with another list)")
-        return cls(s_per_graph=a_s, s_per_token=b_s, gib_per_graph=a_g, gib_per_token=b_g,
-                   n_starts=len(rows), basis=basis)
+            basis = (f"per graph, from {len(rows)} engine starts that all captured one size list (the size "
+                     "terms need starts with another list; graph GiB saved is an upper bound)")
+        return cls(s_per_graph=a_s, s_per_token=b_s, gib_per_graph=a_g, gib_per_max_token=b_g,
+                   n_starts=len(rows), identified=bool(ident_s and ident_g), basis=basis)
 
     @classmethod
     def from_startups(cls, startups: Iterable[StartupInfo], *, max_num_seqs: int = 256) -> CaptureCosts:
