@@ -347,3 +347,21 @@ def test_watch_saves_the_window_step_sizes(tmp_path: Path) -> None:
     asyncio.run(ctl.step())
     saved = ctl.state.last_step_sizes
     assert saved is not None and saved["steps"][:4] == [16.0, 16.0, 4.0, 1.0]
+
+
+@pytest.mark.parametrize(("message", "mode"), [
+    # Built from vLLM's format strings (vllm/config/vllm.py, compilation.py): no real log of these here yet.
+    ("Encoder-decoder models do not support FULL_AND_PIECEWISE. Overriding cudagraph_mode to FULL_DECODE_ONLY.",
+     "FULL_DECODE_ONLY"),
+    ("CUDAGraphMode.FULL is not supported with FlashInferBackend backend (support: "
+     "AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); setting cudagraph_mode=FULL_AND_PIECEWISE",
+     "FULL_AND_PIECEWISE"),
+    ("CUDAGraphMode.FULL_DECODE_ONLY is not supported with FlexAttentionBackend backend (support: "
+     "AttentionCGSupport.NEVER); setting cudagraph_mode=PIECEWISE because attention is compiled piecewise",
+     "PIECEWISE"),
+    ("Truncating max_cudagraph_capture_size to 496", None),
+])
+def test_vllm_override_messages(message: str, mode: str | None) -> None:
+    st = parse_startup_log(f"(EngineCore pid=1) WARNING 12-01 10:00:00 [vllm.py:1] {message}", requested_mode="FULL")
+    assert st.downgrades == [message]
+    assert st.effective_mode == (mode or None)
