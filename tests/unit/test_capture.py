@@ -187,3 +187,17 @@ def test_decode_only_mode_says_mixed_steps_run_without_a_graph() -> None:
     assert ans.default.graphed_share == pytest.approx(0.9)
     both = choose_capture_sizes(steps)  # FULL_AND_PIECEWISE graphs the mixed steps too
     assert both.max_capture_size == 64 and not any("prefill" in n for n in both.notes)
+
+
+def test_a_budget_too_small_for_the_top_lowers_it_and_says_so() -> None:
+    costs = CaptureCosts(s_per_graph=0.01, gib_per_graph=0.001, gib_per_max_token=0.001, n_starts=2,
+                         identified=True, basis="test")
+    steps = steps_of({4: 50.0, 20: 30.0, 200: 20.0}, running={4: 5, 20: 3, 200: 2})
+    ans = choose_capture_sizes(steps, costs=costs, budget=CaptureBudget(max_graph_gib=0.1))
+    # One FULL+PIECEWISE list up to 256 costs ≥ 0.256 GiB for the pool alone: the top drops to fit.
+    assert ans.max_capture_size < 200 and ans.chosen.graph_gib is not None and ans.chosen.graph_gib <= 0.1
+    assert ans.chosen.graphed_share == pytest.approx(0.8) and any("lowered" in n for n in ans.notes)
+    none = choose_capture_sizes(steps, costs=costs, budget=CaptureBudget(max_graph_gib=0.0001))
+    assert none.sizes == none.default_sizes and any("even one graph" in n for n in none.notes)
+    unchecked = choose_capture_sizes(steps, budget=CaptureBudget(max_capture_s=0.1))
+    assert any("not checked" in n for n in unchecked.notes)

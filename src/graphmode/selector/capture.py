@@ -388,15 +388,19 @@ def choose_capture_sizes(
     best: tuple[float, list[int]] | None = None
     lists = _best_lists(dist, cands, k_max)
     allowed = [(p, s) for p, s in lists if _within(s, budget, costs, mode)]
+    if (budget.max_capture_s is not None or budget.max_graph_gib is not None) and (costs is None
+                                                                                   or not costs.n_starts):
+        notes.append("no measured engine start to predict capture seconds or graph GiB: that budget is not checked")
     if not allowed:
-        notes.append("no list with the observed largest step fits the budget; the largest size is lowered")
-        for t in reversed(cands[:-1]):
-            sub = _best_lists(dist, [c for c in cands if c <= t], k_max)
+        # Even [top] alone is over budget: the largest top whose single graph fits, then the best lists under it.
+        fits = [t for t in cands[:-1] if _within([t], budget, costs, mode)]
+        if fits:
+            notes.append(f"no list reaching {top} fits the budget: the largest size is lowered to {fits[-1]}, "
+                         "larger steps run without a graph")
+            sub = _best_lists(dist, [c for c in cands if c <= fits[-1]], k_max)
             allowed = [(p, s) for p, s in sub if _within(s, budget, costs, mode)]
-            if allowed:
-                break
     if not allowed:
-        notes.append("even one graph of size 1 exceeds the budget: vLLM's default list is kept")
+        notes.append("even one graph exceeds the budget: vLLM's default list is kept")
         return _answer(mode, default, default, dist, d_stats, d_stats, costs, kv_bytes_per_token, steps, basis,
                        notes)
     floor = min(p for p, _ in allowed)
