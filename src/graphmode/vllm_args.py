@@ -78,8 +78,29 @@ def user_mode(args: list[str]) -> CudaGraphMode | None:
 
 def with_mode(args: list[str], mode: CudaGraphMode) -> list[str]:
     """*args* with ``cudagraph_mode`` set to *mode* in the (one) compilation config, other keys kept."""
+    return with_compilation_config(args, {"cudagraph_mode": mode.value})
+
+
+def user_capture_sizes(args: list[str]) -> list[int] | None:
+    """The user's ``cudagraph_capture_sizes``, if any (ConfigError when it is not a list of positive ints)."""
+    raw = compilation_config_of(args).get("cudagraph_capture_sizes")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not raw or not all(isinstance(x, int) and x > 0 for x in raw):
+        raise ConfigError(f"cudagraph_capture_sizes must be a non-empty list of positive integers, got {raw!r}")
+    return sorted(set(raw))
+
+
+def with_compilation_config(args: list[str], updates: dict[str, object]) -> list[str]:
+    """*args* with *updates* written into the (one) compilation config, every other key kept.
+
+    A ``cudagraph_capture_sizes`` update drops a ``max_cudagraph_capture_size`` the update does not set,
+    since vLLM refuses the two when they disagree (vllm/config/vllm.py).
+    """
     cc = compilation_config_of(args)
-    cc["cudagraph_mode"] = mode.value
+    if "cudagraph_capture_sizes" in updates and "max_cudagraph_capture_size" not in updates:
+        cc.pop("max_cudagraph_capture_size", None)
+    cc.update(updates)
     value = json.dumps(cc, separators=(",", ":"))
     out: list[str] = []
     skip_next = False

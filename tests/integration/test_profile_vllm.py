@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from graphmode.core.dataset import ProfileStore
+from graphmode.core.dataset import ProfileStore, step_sizes_of
 from tests.integration.vllm_cpu import FIXTURES, graphmode_cli, vllm_args, vllm_command
 from tests.support.net import free_port
 
@@ -88,6 +88,12 @@ def test_observed_features_match_the_load_sent(first_run: tuple[subprocess.Compl
         assert r["obs_prefill_decode_ratio"] == pytest.approx(sent_ratio, rel=0.10), r["workload"]
         assert r["obs_batch_mean"] is not None and r["obs_batch_mean"] >= 0
         assert r["obs_mean_output_tokens"] == pytest.approx(r["sent_output_tokens_mean"], rel=0.10)
+        # Step sizes recorded per cell: the window's steps, vLLM's fixed histogram edges, running samples.
+        steps = step_sizes_of(r)
+        assert steps is not None and steps.n_steps > 0, r["workload"]
+        assert steps.le[:3] == [1.0, 8.0, 16.0] and sum(steps.running.values()) >= 2
+        if steps.decode_steps is not None and steps.mixed_steps is not None:
+            assert steps.decode_steps + steps.mixed_steps == pytest.approx(steps.n_steps)
 
 
 def _vllm_pid(port: int) -> int | None:

@@ -120,7 +120,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Choose the CUDA Graph mode, merge it into vLLM's --compilation-config and start vLLM."""
         with handle_errors():
-            from graphmode.control.choose import ObjectiveSpec, choose_mode, merge_mode, user_choice
+            from graphmode.control.choose import ObjectiveSpec, choose_mode, merge_graph_config, user_choice
             from graphmode.control.state import check_deployment_id, load_state
             from graphmode.core.settings import load_settings
 
@@ -129,10 +129,11 @@ def register(app: typer.Typer) -> None:
             check_deployment_id(deployment_id)
             mine = user_choice(vllm_args)  # validates a user --compilation-config early
             desc = _workload(workload, rate, burstiness, input_tokens, output_tokens, concurrency)
-            features = None
+            features = steps = None
             if desc is None and not ignore_state:
                 st = load_state(state_dir or s.control.state_dir, deployment_id)
                 features = st.last_features
+                steps = st.last_step_sizes  # the step sizes watch saw: capture sizes for them
             if mine is not None and not force:
                 from graphmode.control.choose import Choice
 
@@ -143,9 +144,9 @@ def register(app: typer.Typer) -> None:
                     objective=ObjectiveSpec(objective, tuple(constraint or ())),
                     default_metric=s.selector.objective, selector_url=selector_url,
                     models_dir=models_dir or s.selector.models_dir, model_id=model_id or s.selector.model_id,
-                    read_timeout_s=selector_timeout,
+                    read_timeout_s=selector_timeout, vllm_args=vllm_args, step_sizes=steps,
                 )
-            plan = merge_mode(vllm_args, choice.mode, force=force)
+            plan = merge_graph_config(vllm_args, choice.mode, choice.capture, force=force)
             argv = [*command, *plan.args]
             for note in choice.notes:
                 console.print(f"graphmode: note: {note}", highlight=False, soft_wrap=True)

@@ -56,6 +56,32 @@ def _read_features(text: str) -> dict[str, Any]:
     return value
 
 
+def _read_step_sizes(text: str) -> Any:
+    from pydantic import ValidationError
+
+    from graphmode.core.records import StepSizes
+
+    raw = Path(text[1:]).read_text(encoding="utf-8") if text.startswith("@") else text
+    try:
+        return StepSizes.model_validate_json(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"--step-sizes is not a StepSizes JSON object: {exc.errors()[0]['msg']}") from None
+
+
+def _complete(answer: Recommendation, rec: Any, steps: Any, vllm_args: str | None, model_path: str | None,
+              budget: tuple[int | None, float | None, float | None]) -> Recommendation:
+    import shlex
+
+    from graphmode.core.fingerprint import load_model_config
+    from graphmode.selector.capture import CaptureBudget
+    from graphmode.selector.graphconfig import complete
+
+    served = load_model_config(model_path) if model_path else None
+    return complete(answer, step_sizes=steps, vllm_args=shlex.split(vllm_args or ""), served_config=served,
+                    budget=CaptureBudget(max_sizes=budget[0], max_capture_s=budget[1], max_graph_gib=budget[2]),
+                    model_folder=rec.folder)
+
+
 def print_recommendation(rec: Recommendation, console: Console) -> None:
     metric = rec.objective.metric
     t = Table(title=f"Predicted per mode — objective: {rec.objective_description}", title_justify="left")
@@ -111,6 +137,11 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
         f"{rec.fingerprint_match}); features from {rec.features_source}[/]",
         highlight=False,
     )
+    if rec.capture is not None:
+        from graphmode.selector.graphconfig import capture_lines
+
+        for line in capture_lines(rec.capture):
+            console.print(line, highlight=False)
     for n in rec.notes:
         console.print(f"[dim]note: {n}[/]", highlight=False)
     for w in rec.warnings:
@@ -184,6 +215,23 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--strict", help="Fail instead of warning when the model is stale.")
         ] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+        step_sizes: Annotated[
+            str | None, typer.Option("--step-sizes", help="Tokens per step (StepSizes JSON or @file): "
+                                     "also choose cudagraph_capture_sizes. --server measures them.")
+        ] = None,
+        vllm_args: Annotated[
+            str | None, typer.Option("--vllm-args", help="The deployment's vLLM args (one string): modes vLLM "
+                                     "would downgrade there are not recommended.")
+        ] = None,
+        capture_max_sizes: Annotated[
+            int | None, typer.Option("--capture-max-sizes", min=1, help="Budget: at most this many sizes.")
+        ] = None,
+        capture_max_s: Annotated[
+            float | None, typer.Option("--capture-max-s", help="Budget: predicted capture seconds.")
+        ] = None,
+        capture_max_gib: Annotated[
+            float | None, typer.Option("--capture-max-gib", help="Budget: predicted graph GiB.")
+        ] = None,
     ) -> None:
         """Recommend a CUDA Graph mode from observed features, a workload description or a live server."""
         from graphmode.selector.describe import WorkloadDescription
@@ -192,6 +240,7 @@ def register(app: typer.Typer) -> None:
         from graphmode.selector.registry import target_fingerprint
 
         with handle_errors():
+            steps = _read_step_sizes(step_sizes) if step_sizes is not None else None
             described = rate is not None or input_tokens is not None or output_tokens is not None
             given = sum([described, features is not None, server is not None])
             if given != 1:
@@ -254,7 +303,8 @@ def register(app: typer.Typer) -> None:
                 from graphmode.selector.live import observe_server
 
                 console.print(f"scraping {server} for {window:g} s ...", highlight=False)
-                inputs = observe_server(server, window, interval)
+                windows: list[Any] = []
+                inputs = observe_server(server, window, interval, windows=windows)
                 from graphmode.service.schemas import TRAFFIC_FEATURES
 
                 if all(getattr(inputs, n) is None for n in TRAFFIC_FEATURES):  # as the service answers it
@@ -262,7 +312,12 @@ def register(app: typer.Typer) -> None:
                         f"no vLLM traffic metrics were observed at {server} ({inputs.n_samples or 0} scrapes): "
                         "is it a vLLM server?"
                     )
+                if step_sizes is None and windows:
+                    steps = windows[0].step_sizes()
             answer = rec.recommend(inputs, obj, source="server" if server is not None else None)
+            if steps is not None or vllm_args is not None:
+                answer = _complete(answer, rec, steps, vllm_args, model_path,
+                                   (capture_max_sizes, capture_max_s, capture_max_gib))
             if as_json:
                 out_console.print_json(json.dumps(answer.model_dump(mode="json")))
             else:

@@ -72,6 +72,9 @@ def register(app: typer.Typer) -> None:
         state_dir: Annotated[Path | None, typer.Option("--state-dir")] = None,
         vllm_cmd: Annotated[str | None, typer.Option("--vllm-cmd")] = None,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report what it would do.")] = False,
+        capture_sizes: Annotated[bool, typer.Option(
+            "--capture-sizes", help="Also restart with cudagraph_capture_sizes chosen for the observed steps "
+            "when that beats the restart cost (managed mode).")] = False,
     ) -> None:
         """Scrape, recommend, and switch mode only when the gain beats the restart cost."""
         import asyncio
@@ -80,7 +83,8 @@ def register(app: typer.Typer) -> None:
             asyncio.run(_watch(ctx.args, deployment_id, attach, attach_mode, listen, strategy, initial_mode,
                                api_host, api_port, interval, evaluate_every, confirmations, lost_capacity,
                                objective, constraint or [], selector_url, models_dir, model_id, state_dir,
-                               vllm_cmd, dry_run, k8s_deployment, k8s_container, k8s_rollout_timeout))
+                               vllm_cmd, dry_run, k8s_deployment, k8s_container, k8s_rollout_timeout,
+                               capture_sizes))
 
 
 async def _watch(extra: list[str], deployment_id: str, attach: str | None, attach_mode: str | None,
@@ -89,7 +93,8 @@ async def _watch(extra: list[str], deployment_id: str, attach: str | None, attac
                  objective: str | None, constraints: list[str], selector_url: str | None,
                  models_dir: Path | None, model_id: str | None, state_dir: Path | None,
                  vllm_cmd: str | None, dry_run: bool, k8s_deployment: str | None = None,
-                 k8s_container: str = "vllm", k8s_rollout_timeout: float = 1200.0) -> None:
+                 k8s_container: str = "vllm", k8s_rollout_timeout: float = 1200.0,
+                 capture_sizes: bool = False) -> None:
     import asyncio
 
     import uvicorn
@@ -154,7 +159,7 @@ async def _watch(extra: list[str], deployment_id: str, attach: str | None, attac
                                    startup_timeout_s=s.vllm.startup_timeout_s,
                                    stop_timeout_s=s.vllm.stop_timeout_s)
     ctl = Controller(deployment_id, executor, advisor, policy, state_dir=sdir, window_s=s.control.window_s,
-                     dry_run=dry_run)
+                     dry_run=dry_run, capture_sizes=capture_sizes)
     if isinstance(executor, ManagedExecutor):
         first = (parse_mode(initial_mode) if initial_mode else
                  parse_mode(ctl.state.last_good_mode) if ctl.state.last_good_mode else

@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from graphmode.core.errors import GraphmodeError
 from graphmode.core.modes import DEFAULT_MODE, CudaGraphMode, parse_mode
-from graphmode.vllm_args import compilation_config_of, user_mode, with_mode
+from graphmode.vllm_args import (
+    compilation_config_of,
+    user_capture_sizes,
+    user_mode,
+    with_compilation_config,
+    with_mode,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -60,10 +66,23 @@ class Choice:
     notes: list[str] = field(default_factory=list)
     model_id: str | None = None
     elapsed_ms: float = 0.0
+    capture: dict[str, Any] | None = None  # capture-size keys for --compilation-config, when chosen
 
     def as_dict(self) -> dict[str, Any]:
         return {"mode": self.mode.value, "source": self.source, "basis": self.basis, "reason": self.reason,
-                "notes": self.notes, "model_id": self.model_id, "elapsed_ms": round(self.elapsed_ms, 1)}
+                "notes": self.notes, "model_id": self.model_id, "elapsed_ms": round(self.elapsed_ms, 1),
+                "capture": self.capture}
+
+
+def capture_keys(block: Any) -> dict[str, Any] | None:
+    """The compilation-config keys of a recommendation's ``capture`` block (object or JSON dict)."""
+    if block is None:
+        return None
+    data = block if isinstance(block, Mapping) else block.model_dump()
+    sizes, top = data.get("sizes"), data.get("max_capture_size")
+    if not isinstance(sizes, list) or not sizes or not all(isinstance(x, int) and x > 0 for x in sizes):
+        return None
+    return {"cudagraph_capture_sizes": sizes, "max_cudagraph_capture_size": top if isinstance(top, int) else max(sizes)}
 
 
 RecommenderLoader = Callable[[Path, str | None], "Recommender"]
@@ -151,7 +170,11 @@ def choose_mode(
     read_timeout_s: float = 0.7,
     loader: RecommenderLoader = _load_local,
     transport: httpx.BaseTransport | None = None,
+    step_sizes: Mapping[str, Any] | None = None,
+    vllm_args: Sequence[str] | None = None,
 ) -> Choice:
+    """``step_sizes`` (a StepSizes dict) asks for capture sizes too; ``vllm_args`` keeps out modes vLLM would
+    downgrade in that deployment (both through :func:`graphmode.selector.graphconfig.complete`)."""
     t0 = time.perf_counter()
     notes: list[str] = []
     obj = objective.build(default_metric)  # a bad objective is the caller's error, not a fallback
@@ -165,6 +188,15 @@ def choose_mode(
         basis, inputs = "static", None
 
     def done(c: Choice) -> Choice:
+        if vllm_args is not None:  # whatever answered, never a mode vLLM would downgrade in this deployment
+            from graphmode.selector.compat import deployment_of, safe_mode
+
+            runs, why = safe_mode(c.mode.value, deployment_of(vllm_args))
+            if why:
+                c.mode = parse_mode(runs)
+                c.notes.append(why)
+        if step_sizes is not None and c.mode.value != "NONE" and c.capture is None:
+            c.capture = _capture_for(c.mode.value, step_sizes, vllm_args or [], c.notes)
         c.elapsed_ms = (time.perf_counter() - t0) * 1e3
         return c
 
@@ -172,6 +204,10 @@ def choose_mode(
         body: dict[str, Any] = {"objective": objective.payload(default_metric)}
         if model_id:
             body["model_id"] = model_id
+        if step_sizes is not None:
+            body["step_sizes"] = dict(step_sizes)
+        if vllm_args is not None:
+            body["vllm_args"] = list(vllm_args)
         if basis == "workload":
             assert workload is not None
             body["workload"] = workload.model_dump(exclude_none=True)
@@ -182,7 +218,8 @@ def choose_mode(
             mode, data = remote_recommend(selector_url, body, connect_timeout_s=connect_timeout_s,
                                           read_timeout_s=read_timeout_s, transport=transport)
             return done(Choice(mode, "remote", basis, f"selector service {selector_url} recommends "
-                               f"{mode.value} for the {basis}", notes, model_id=data.get("model_id")))
+                               f"{mode.value} for the {basis}", notes, model_id=data.get("model_id"),
+                               capture=capture_keys(data.get("capture"))))
         except GraphmodeError as exc:
             notes.append(f"{exc}; falling back to the local model")
     elif selector_url:
@@ -205,10 +242,20 @@ def choose_mode(
             return done(Choice(mode, "local", "static", f"model {rec.model_id}: best static mode for "
                                f"{obj.describe()} ({how})", notes, model_id=rec.model_id))
         ans = rec.recommend(inputs, obj)
+        if step_sizes is not None or vllm_args is not None:
+            from graphmode.core.records import StepSizes
+            from graphmode.selector.graphconfig import complete
+
+            steps = StepSizes.model_validate(dict(step_sizes)) if step_sizes is not None else None
+            before = ans.mode
+            ans = complete(ans, step_sizes=steps, vllm_args=list(vllm_args or []), model_folder=rec.folder)
+            if ans.mode != before:
+                notes.append(ans.notes[-1])
         notes.extend(ans.warnings)
         return done(Choice(parse_mode(ans.mode), "local", basis,
                            f"model {rec.model_id} recommends {ans.mode} for the {basis} ({obj.describe()}, "
-                           f"confidence {ans.confidence.level})", notes, model_id=rec.model_id))
+                           f"confidence {ans.confidence.level})", notes, model_id=rec.model_id,
+                           capture=capture_keys(ans.capture)))
     except (GraphmodeError, OSError, ValueError) as exc:
         notes.append(f"local model unavailable: {exc}")
     return done(Choice(DEFAULT_MODE, "default", "default",
@@ -245,6 +292,26 @@ def _from_json(models_dir: Path, model_id: str | None, obj: Objective,
                   model_id=mid)
 
 
+def _capture_for(mode: str, step_sizes: Mapping[str, Any], vllm_args: Sequence[str],
+                 notes: list[str]) -> dict[str, Any] | None:
+    """Capture-size keys for ``mode`` when no selector gave them (static or default choice)."""
+    from pydantic import ValidationError
+
+    from graphmode.core.records import StepSizes
+    from graphmode.selector.capture import choose_capture_sizes
+    from graphmode.selector.graphconfig import int_flag
+
+    try:
+        steps = StepSizes.model_validate(dict(step_sizes))
+    except ValidationError as exc:
+        notes.append(f"saved step sizes unusable ({exc.errors()[0]['msg']}): vLLM's default capture sizes")
+        return None
+    ans = choose_capture_sizes(steps, mode=mode, max_num_seqs=int_flag(vllm_args, "--max-num-seqs") or 256,
+                               max_num_batched_tokens=int_flag(vllm_args, "--max-num-batched-tokens"))
+    notes.extend(ans.notes)
+    return capture_keys(ans) if ans.sizes != ans.default_sizes else None
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
     args: list[str]
@@ -270,3 +337,23 @@ def merge_mode(args: Sequence[str], mode: CudaGraphMode, *, force: bool) -> Laun
     extra = f", other compilation-config keys kept: {', '.join(sorted(kept))}" if kept else ""
     over = f" (overriding the user's {mine.value})" if mine is not None and mine != mode else ""
     return LaunchPlan(with_mode(args, mode), mode, True, f"cudagraph_mode {mode.value}{over}{extra}")
+
+
+def merge_graph_config(args: Sequence[str], mode: CudaGraphMode, capture: Mapping[str, Any] | None, *,
+                       force: bool) -> LaunchPlan:
+    """:func:`merge_mode`, plus ``cudagraph_capture_sizes`` / ``max_cudagraph_capture_size`` from a capture
+    answer (its :meth:`~graphmode.selector.capture.CaptureAnswer.compilation_config`). The user's own sizes
+    win as the user's mode does, unless ``force``; every other key is kept."""
+    plan = merge_mode(args, mode, force=force)
+    if not capture or plan.mode.value == "NONE":
+        return plan
+    mine = user_capture_sizes(list(args))
+    if mine is not None and not force:
+        return LaunchPlan(plan.args, plan.mode, plan.applied,
+                          f"{plan.message}; keeping the user's cudagraph_capture_sizes ({len(mine)} sizes)")
+    keys = {k: capture[k] for k in ("cudagraph_capture_sizes", "max_cudagraph_capture_size") if k in capture}
+    sizes = keys.get("cudagraph_capture_sizes")
+    n = len(sizes) if isinstance(sizes, list) else "?"
+    over = " (overriding the user's)" if mine is not None else ""
+    return LaunchPlan(with_compilation_config(plan.args, keys), plan.mode, True,
+                      f"{plan.message}; cudagraph_capture_sizes: {n} sizes{over}")

@@ -211,8 +211,10 @@ def smoke_test(srv: VllmServer, timeout_s: float = 120.0) -> str | None:
 
 class Controller:
     def __init__(self, deployment_id: str, executor: Executor, advisor: Advisor, policy: Policy, *,
-                 state_dir: Path, window_s: float = 60.0, dry_run: bool = False) -> None:
+                 state_dir: Path, window_s: float = 60.0, dry_run: bool = False,
+                 capture_sizes: bool = False) -> None:
         self.deployment_id = deployment_id
+        self.capture_sizes = capture_sizes  # also weigh restarts with capture sizes chosen for the traffic
         self.executor = executor
         self.advisor = advisor
         self.policy = policy
@@ -289,6 +291,9 @@ class Controller:
             if feats is not None:
                 self.state.last_features = feats.model_dump()
                 self.state.last_features_at = time.time()
+                steps = None if self.injected is not None else self.window.step_sizes()
+                if steps is not None:
+                    self.state.last_step_sizes = steps.model_dump(mode="json")
                 try:
                     advice = await asyncio.to_thread(self.advisor, feats)
                 except GraphmodeError as exc:
@@ -303,8 +308,29 @@ class Controller:
                     log.info("dry-run: would switch %s → %s", current, d.target)
                 else:
                     await self._switch(parse_mode(d.target))
+            elif self.capture_sizes and d.action == "stay" and self.injected is None:
+                await self._capture_step(current, advice, rate)
             self.save()
             return d
+
+    async def _capture_step(self, current: str, advice: Advice | None, rate: float | None) -> None:
+        """A capture-size change for the current mode, weighed like a mode switch (policy.capture_decision)."""
+        from graphmode.control.policy import capture_decision
+
+        args = getattr(self.executor, "vllm_args", None)
+        steps = self.window.step_sizes()
+        if current == "NONE" or not isinstance(args, list) or steps is None:
+            return
+        cd, new_args = capture_decision(self.policy, self.state.policy, current, args, steps, advice, rate=rate,
+                                        startup_s=self.state.startup_s)
+        self.record(cd)
+        if cd.switch and new_args is not None:
+            if self.dry_run:
+                log.info("dry-run: would restart %s with capture sizes %s", current, cd.target)
+                return
+            res = await self._switch(parse_mode(current), new_args)
+            if res.ok:
+                self.executor.vllm_args = new_args  # type: ignore[attr-defined]
 
     def record(self, d: Decision) -> None:
         self.last_decision = d

@@ -229,3 +229,90 @@ def advice_from_recommendation(rec: Any) -> Advice:
         noise={p["mode"]: p.get("noise") for p in preds},
         startup_s={p["mode"]: (p.get("metrics") or {}).get("startup_s") for p in preds},
     )
+
+
+def capture_gain(graphed_now: float | None, graphed_new: float | None, advice: Advice | None,
+                 mode: str) -> tuple[float | None, str]:
+    """Relative gain of a capture-size change, in the units :meth:`Policy.evaluate` weighs, and how.
+
+    A step that stops running un-graphed costs what the selector predicts for the same traffic without
+    graphs (NONE) against ``mode``; the gain is that relative penalty times the share of steps that change
+    side. Padding and memory changes have no latency prediction and count as zero here (the answer reports
+    them), so a list that only saves memory never pays for a restart.
+    """
+    if graphed_now is None or graphed_new is None:
+        return None, "no step distribution"
+    if advice is None:
+        return None, "no recommendation to price an un-graphed step"
+    eager, graphed = advice.scores.get("NONE"), advice.scores.get(mode)
+    if eager is None or graphed is None or eager <= 0 or graphed <= 0:
+        return None, f"no prediction for NONE and {mode} to price an un-graphed step"
+    penalty = (eager - graphed) / graphed if advice.direction == "min" else (graphed - eager) / eager
+    return (graphed_new - graphed_now) * max(penalty, 0.0), (
+        f"{graphed_new - graphed_now:+.1%} of steps replay a graph × un-graphed penalty {penalty:.2f}")
+
+
+def evaluate_capture(policy: Policy, state: PolicyState, current: list[int], proposed: list[int],
+                     gain: float | None, *, startup_s: float | None, rate: float | None,
+                     how: str = "") -> Decision:
+    """Stay or restart for a capture-size change: the same benefit-vs-restart-cost rule, dwell and cooldown
+    as a mode switch (a capture-size change is a restart like a mode change)."""
+    now = policy.clock()
+    c = policy.config
+    cur, new = _sizes_label(current), _sizes_label(proposed)
+    nums: dict[str, Any] = {"rate": rate, "startup_s": startup_s, "gain": gain, "min_gain": c.min_gain}
+
+    def out(action: Action, reason: str) -> Decision:
+        return Decision(action, f"capture {cur}", f"capture {new}", reason, now, dict(nums))
+
+    if sorted(set(current)) == sorted(set(proposed)):
+        return out("stay", "the capture sizes already match the recommendation")
+    if gain is None:
+        return out("stay", f"no predicted gain for the new capture sizes ({how})")
+    if gain < c.min_gain:
+        return out("stay", f"predicted gain {gain:.1%} < min_gain {c.min_gain:.1%} ({how})")
+    if not rate or rate <= 0:
+        return out("stay", "no traffic: nothing to gain from a restart")
+    start = startup_s if startup_s is not None else 60.0
+    benefit, cost = gain * c.horizon_s * rate, start * c.lost_capacity * rate
+    nums.update(benefit=benefit, cost=cost)
+    if benefit <= cost:
+        return out("stay", f"gain over the horizon ({benefit:.4g}) does not beat the restart cost ({cost:.4g})")
+    if state.mode_since is not None and now - state.mode_since < c.min_dwell_s:
+        return out("hold", f"minimum dwell: the server has run {now - state.mode_since:.0f} s of "
+                           f"{c.min_dwell_s:.0f} s")
+    if state.last_attempt_at is not None and now - state.last_attempt_at < c.cooldown_s:
+        return out("hold", "cooldown after the last restart")
+    return out("switch", f"new capture sizes predicted {gain:.1%} better ({how}); benefit {benefit:.4g} > "
+                         f"cost {cost:.4g}")
+
+
+def _sizes_label(sizes: list[int]) -> str:
+    s = sorted(set(sizes))
+    return f"[{', '.join(map(str, s))}]" if len(s) <= 6 else f"[{s[0]}..{s[-1]}, {len(s)} sizes]"
+
+
+def capture_decision(policy: Policy, state: PolicyState, mode: str, vllm_args: list[str], steps: Any,
+                     advice: Advice | None, *, rate: float | None,
+                     startup_s: float | None) -> tuple[Decision, list[str] | None]:
+    """Whether to restart ``mode``'s server with the capture sizes chosen for ``steps`` (a StepSizes), and
+    the vLLM args to restart with (``None`` unless the decision is a switch)."""
+    from graphmode.selector.capture import (
+        choose_capture_sizes,
+        default_capture_sizes,
+        list_stats,
+        step_distribution,
+    )
+    from graphmode.selector.graphconfig import int_flag
+    from graphmode.vllm_args import user_capture_sizes, with_compilation_config
+
+    seqs = int_flag(vllm_args, "--max-num-seqs") or 256
+    tokens = int_flag(vllm_args, "--max-num-batched-tokens")
+    current = user_capture_sizes(vllm_args) or default_capture_sizes(seqs, tokens)
+    answer = choose_capture_sizes(steps, mode=mode, max_num_seqs=seqs, max_num_batched_tokens=tokens)
+    # The current list's graphed share on the same distribution (it may be the user's, not the default).
+    dist = step_distribution(steps, tokens or 8192) if steps is not None else None
+    now_share = list_stats(current, dist, None, mode).graphed_share if dist is not None else None
+    gain, how = capture_gain(now_share, answer.chosen.graphed_share, advice, mode)
+    d = evaluate_capture(policy, state, current, answer.sizes, gain, startup_s=startup_s, rate=rate, how=how)
+    return d, (with_compilation_config(vllm_args, answer.compilation_config()) if d.switch else None)

@@ -38,6 +38,7 @@ class DeploymentState(BaseModel):
     updated_at: float | None = None
     last_features: dict[str, Any] | None = None
     last_features_at: float | None = None
+    last_step_sizes: dict[str, Any] | None = Field(None, description="StepSizes of the last window (launch sizes)")
     current_mode: str | None = None
     current_command: list[str] | None = None
     last_good_mode: str | None = None

@@ -28,6 +28,7 @@ from graphmode.core.records import (
     RaceInfo,
     RunConditions,
     StartupInfo,
+    StepSizes,
 )
 
 SCHEMA_VERSION = 1
@@ -46,6 +47,8 @@ _KEY_COLUMNS: dict[str, str] = {
     "workload_spec": "TEXT NOT NULL",
     "gpu_mem_used_gib_max": "REAL",
     "gpu_mem_used_gib_mean": "REAL",
+    # StepSizes as compact JSON; added after the first datasets, whose rows read NULL (see _migrate).
+    "step_sizes": "TEXT",
 }
 _GROUPS: list[tuple[str, type[Any], str]] = [
     ("features", ObservedFeatures, "obs_"),
@@ -95,15 +98,28 @@ def _cell(value: Any) -> Any:
 
 def flatten(record: CellRecord, workload_hash: str) -> dict[str, Any]:
     row: dict[str, Any] = {
-        k: getattr(record, k) for k in _KEY_COLUMNS if k not in {"id", "workload_hash", "workload_spec"}
+        k: getattr(record, k) for k in _KEY_COLUMNS if k not in {"id", "workload_hash", "workload_spec", "step_sizes"}
     }
     row["workload_hash"] = workload_hash
     row["workload_spec"] = json.dumps(record.workload_spec, sort_keys=True)
+    row["step_sizes"] = (None if record.step_sizes is None
+                         else json.dumps(record.step_sizes.model_dump(), separators=(",", ":")))
     for group, _model, prefix in _GROUPS:
         for name, value in getattr(record, group).model_dump().items():
             if (group, name) not in _SKIP:
                 row[prefix + name] = _cell(value)
     return row
+
+
+def step_sizes_of(row: dict[str, Any]) -> StepSizes | None:
+    """The :class:`StepSizes` a dataset row holds; ``None`` for rows from before the column or unreadable JSON."""
+    raw = row.get("step_sizes")
+    if not raw:
+        return None
+    try:
+        return StepSizes.model_validate_json(raw)
+    except ValueError:
+        return None
 
 
 class ProfileStore:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Flat(BaseModel):
@@ -38,6 +39,42 @@ class ObservedFeatures(_Flat):
     kv_usage_mean: float | None = None
     kv_usage_max: float | None = None
     preemptions: float | None = None
+
+
+class StepSizes(_Flat):
+    """Tokens per engine step over a window, as vLLM's ``/metrics`` shows them
+    (:func:`graphmode.profiling.features.compute_step_sizes` defines every field).
+
+    ``le`` are the finite upper edges of ``vllm:iteration_tokens_total``'s buckets and ``steps[i]`` the
+    steps that fell in bucket ``i`` during the window (not cumulative); ``steps`` has one more entry
+    than ``le``: the steps above the largest finite edge. ``running`` counts the samples of
+    ``vllm:num_requests_running`` by value.
+    """
+
+    le: list[float] = Field(default_factory=list)
+    steps: list[float] = Field(default_factory=list)
+    running: dict[int, int] = Field(default_factory=dict)
+    decode_steps: float | None = Field(None, description="steps that can be decode-only (tokens <= batch_max)")
+    mixed_steps: float | None = Field(None, description="steps that must hold prefill tokens (tokens > batch_max)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StepSizes:
+        if len(self.le) > 1000 or len(self.running) > 100_000:
+            raise ValueError("too many buckets or running values")
+        if any(not (math.isfinite(e) and e > 0) for e in self.le) or any(
+                b <= a for a, b in zip(self.le, self.le[1:], strict=False)):
+            raise ValueError("le must be finite, positive and strictly increasing")
+        if len(self.steps) not in (len(self.le), len(self.le) + 1):
+            raise ValueError("steps needs one count per bucket (and optionally one for steps above the last)")
+        if any(not (math.isfinite(n) and n >= 0) for n in self.steps):
+            raise ValueError("step counts must be finite and non-negative")
+        if any(k < 0 or v < 0 for k, v in self.running.items()):
+            raise ValueError("running values and their counts must be non-negative")
+        return self
+
+    @property
+    def n_steps(self) -> float:
+        return sum(self.steps)
 
 
 class LatencyStats(_Flat):
@@ -101,6 +138,12 @@ class StartupInfo(_Flat):
     requested_mode: str | None = None
     effective_mode: str | None = Field(None, description="mode vLLM ended up with, if it said so")
     capture_labels: list[str] = Field(default_factory=list, description="'Capturing CUDA graphs (X)' labels seen")
+    capture_sizes: list[int] | None = Field(None, description="cudagraph_capture_sizes of the resolved config")
+    max_capture_size: int | None = Field(None, description="max_cudagraph_capture_size of the resolved config")
+    graph_counts: dict[str, int] = Field(default_factory=dict, description="graphs captured per capture label")
+    downgrades: list[str] = Field(
+        default_factory=list, description="vLLM's lines overriding the requested mode or trimming capture sizes"
+    )
     non_default_args: dict[str, Any] | None = None
     gpu_uuid: str | None = Field(None, description="NVML UUID of the GPU this engine start ran on")
 
@@ -204,3 +247,4 @@ class CellRecord(_Flat):
     race: RaceInfo = Field(default_factory=RaceInfo)
     gpu_mem_used_gib_max: float | None = None
     gpu_mem_used_gib_mean: float | None = None
+    step_sizes: StepSizes | None = Field(None, description="tokens per engine step in the cell's window")

@@ -42,6 +42,24 @@ Sample statistics (from the gauge samples in the window; work with a single snap
     * ``queue_mean``: mean of ``vllm:num_requests_waiting``.
     * ``concurrency_mean``: mean of ``running + waiting`` over snapshots that have both.
     * ``kv_usage_mean``, ``kv_usage_max`` of the KV-cache usage fraction (0..1).
+
+Step sizes (:func:`compute_step_sizes`, recorded per cell and fed to the capture-size chooser)
+    Same window. ``le``/``steps``: the Δ of ``vllm:iteration_tokens_total``'s buckets, de-cumulated:
+    ``steps[i]`` steps had ``le[i-1] < tokens <= le[i]`` (the first bucket starts at 0), and the last
+    entry of ``steps`` counts the steps above the largest finite ``le``. vLLM observes
+    ``num_prompt_tokens + num_generation_tokens`` of the step into it (vllm/v1/metrics/loggers.py), with
+    fixed edges 1, 8, 16, ..., 16384 since 0.1x; older releases used the capture sizes themselves as edges,
+    and whatever edges the server exposes are kept. ``running``: how many samples of
+    ``vllm:num_requests_running`` had each value; inside a bucket these are the only integer-resolution
+    evidence of step size (a decode-only step has one token per running request).
+
+    Decode-only vs mixed: /metrics does not label steps, so the split is a bound. Without speculative
+    decoding a decode-only step has exactly as many tokens as running requests, never more than
+    ``batch_max`` (the largest running sample in the window). Steps in buckets whose lower edge is at or
+    above ``batch_max`` hold more tokens than any batch ran sequences, so they carry prefill tokens:
+    ``mixed_steps`` (a lower bound on mixed steps). The rest are ``decode_steps`` (an upper bound on
+    decode-only steps: a short prefill chunk in a small step is indistinguishable). ``None`` both when no
+    running sample above 0 exists. The whole result is ``None`` when the window has no usable histogram Δ.
 """
 
 from __future__ import annotations
@@ -51,7 +69,7 @@ import statistics
 from collections import deque
 from collections.abc import Iterator, Sequence
 
-from graphmode.core.records import ObservedFeatures
+from graphmode.core.records import ObservedFeatures, StepSizes
 from graphmode.profiling.metrics import Histogram, MetricsSnapshot
 
 
@@ -109,6 +127,40 @@ def compute_features(snapshots: Sequence[MetricsSnapshot]) -> ObservedFeatures:
     )
 
 
+def compute_step_sizes(snapshots: Sequence[MetricsSnapshot]) -> StepSizes | None:
+    """The :class:`StepSizes` of ``snapshots`` (see the module docstring), ``None`` without a histogram Δ."""
+    window = since_last_reset(sorted(snapshots, key=lambda s: s.t))
+    if len(window) < 2:
+        return None
+    delta = _hist_delta(window[0].iteration_tokens, window[-1].iteration_tokens)
+    if delta is None or not delta.buckets:
+        return None
+    le: list[float] = []
+    steps: list[float] = []
+    below = 0.0  # steps at or under the last finite edge seen
+    total = max(delta.count, 0.0)
+    for edge, cum in sorted(delta.buckets):
+        if math.isinf(edge):
+            total = max(cum, total)
+            continue
+        le.append(edge)
+        steps.append(max(cum - below, 0.0))  # scrape races can make cumulative counts dip by a hair
+        below = max(cum, below)
+    steps.append(max(total - below, 0.0))  # above the largest finite edge
+    running: dict[int, int] = {}
+    for s in window:
+        if s.num_requests_running is not None:
+            key = round(s.num_requests_running)
+            running[key] = running.get(key, 0) + 1
+    decode = mixed = None
+    if running and max(running) > 0:
+        batch_max = max(running)
+        lowers = [0.0, *le]
+        mixed = math.fsum(n for lower, n in zip(lowers, steps, strict=True) if lower >= batch_max)
+        decode = math.fsum(steps) - mixed
+    return StepSizes(le=le, steps=steps, running=running, decode_steps=decode, mixed_steps=mixed)
+
+
 class FeatureWindow:
     """The snapshots of the last ``window_s`` seconds, for live feature computation.
 
@@ -138,6 +190,9 @@ class FeatureWindow:
 
     def features(self) -> ObservedFeatures:
         return compute_features(list(self._snapshots))
+
+    def step_sizes(self) -> StepSizes | None:
+        return compute_step_sizes(list(self._snapshots))
 
     @property
     def span_s(self) -> float:

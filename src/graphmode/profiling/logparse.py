@@ -67,6 +67,23 @@ _MODE_OFF: Final = re.compile(
 )
 
 
+# Lines where vLLM changes what was asked of it: a different cudagraph mode or fewer capture sizes. The texts
+# are vLLM's own (vllm/config/compilation.py resolve_cudagraph_mode_and_sizes, vllm/config/vllm.py
+# _set_cudagraph_sizes and its pooling / encoder-decoder / context-parallel checks, the ngram proposer);
+# the fixtures under tests/fixtures/downgrades hold real lines of each kind.
+_DOWNGRADE: Final = re.compile(
+    r"is not supported (?:with|for) .*setting cudagraph_mode ?="
+    r"|Overriding cudagraph_mode"
+    r"|cudagraph_capture_sizes specified in compilation_config"
+    r"|Truncating max_cudagraph_capture_size"
+    r"|CUDAGraph is not supported for .*setting cudagraph_mode"
+)
+_CAPTURE_SIZES: Final = re.compile(r"'cudagraph_capture_sizes': \[([\d,\s]*)\]")
+_MAX_CAPTURE_SIZE: Final = re.compile(r"'max_cudagraph_capture_size': (\d+)")
+_CAPTURE_PROGRESS: Final = re.compile(r"Capturing CUDA graphs? \(([^()]+)\):[^|]*\|[^|]*\|\s*(\d+)/(\d+)")
+_LOG_PREFIX: Final = re.compile(r"^.*?\[[\w.\-]+\.py:\d+\]\s*")
+
+
 def _float(text: str) -> float:
     return float(text.replace(",", ""))
 
@@ -227,6 +244,10 @@ def parse_startup_log(text: str, requested_mode: str | None = None) -> StartupIn
     runner: str | None = None
     logged_mode: str | None = None
     args_raw: str | None = None
+    sizes: list[int] | None = None
+    max_size: int | None = None
+    counts: dict[str, int] = {}
+    downgrades: list[str] = []
     for line in _lines(text):
         _apply_rules(line, found)
         labels.extend(match.group(1).strip() for match in _CAPTURE_LABEL.finditer(line))
@@ -234,6 +255,18 @@ def parse_startup_log(text: str, requested_mode: str | None = None) -> StartupIn
             source = _SOURCE.search(line)
             runner = source.group(1) if source else None
         logged_mode = _mode_set_by(line) or logged_mode
+        if _ENGINE_INIT.search(line):
+            sizes_match = _CAPTURE_SIZES.search(line)
+            if sizes_match:
+                sizes = [int(x) for x in sizes_match.group(1).replace(",", " ").split()]
+            max_match = _MAX_CAPTURE_SIZE.search(line)
+            if max_match:
+                max_size = int(max_match.group(1))
+        for progress in _CAPTURE_PROGRESS.finditer(line):
+            label = progress.group(1).strip()
+            counts[label] = max(counts.get(label, 0), int(progress.group(3)))
+        if _DOWNGRADE.search(line):
+            downgrades.append(_LOG_PREFIX.sub("", line).strip())
         if args_raw is None:
             args_match = _NON_DEFAULT_ARGS.search(line)
             args_raw = args_match.group(1) if args_match else None
@@ -245,6 +278,10 @@ def parse_startup_log(text: str, requested_mode: str | None = None) -> StartupIn
         **values,
         model_runner=runner,
         capture_labels=_unique_in_order(labels),
+        capture_sizes=sizes,
+        max_capture_size=max_size,
+        graph_counts=counts,
+        downgrades=_unique_in_order(downgrades),
         non_default_args=args,
         requested_mode=requested,
         effective_mode=_effective_mode(logged_mode, requested, captured),

@@ -28,7 +28,7 @@ from graphmode.core.records import CellRecord, CellStatus, Fingerprint, RunCondi
 from graphmode.core.settings import Settings
 from graphmode.profiling.arrivals import plan_requests
 from graphmode.profiling.engine import VllmServer
-from graphmode.profiling.features import compute_features
+from graphmode.profiling.features import compute_features, compute_step_sizes
 from graphmode.profiling.gpu import MemorySampler, gpu_facts, pci_bus_id
 from graphmode.profiling.grid import Workload
 from graphmode.profiling.hostload import counters, cpu_model, python_probe_ms, usage
@@ -279,6 +279,7 @@ class Profiler:
             reason=reason, started_at=started, finished_at=time.time(), features=features,
             latency=latency, startup=startup, fingerprint=fingerprint,
             gpu_mem_used_gib_max=mem_max, gpu_mem_used_gib_mean=mem_mean, conditions=conditions,
+            step_sizes=compute_step_sizes(window),
         )
 
     async def _drive(self, server: VllmServer, served: str, vocab: int, workload: Workload,

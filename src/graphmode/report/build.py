@@ -105,6 +105,10 @@ def build_report(
         title=title,
         generated=generated,
     )
+    # The capture-size section (report/capture.py) goes last in the page, whatever renders the rest.
+    from graphmode.report.capture import insert_section
+
+    text = insert_section(text, datasets)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")

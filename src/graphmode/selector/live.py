@@ -58,16 +58,20 @@ def observe_server(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     on_sample: Callable[[int], None] | None = None,
+    windows: list[FeatureWindow] | None = None,
 ) -> ObservedFeatures:
     """Scrape ``server`` every ``interval_s`` for ``window_s`` seconds and compute its features.
 
     Raises :class:`ScrapeError` when the first scrape fails (wrong URL, server down); a later failed
-    scrape is skipped. At least two snapshots are taken, so rates are defined.
+    scrape is skipped. At least two snapshots are taken, so rates are defined. ``windows``, when given,
+    receives the window, so a caller can take more from the same snapshots (e.g. its step sizes).
     """
     if window_s <= 0 or interval_s <= 0:
         raise ValueError("window and interval must be positive")
     url = metrics_url(server)
     window = FeatureWindow(window_s + interval_s)
+    if windows is not None:
+        windows.append(window)
     window.add(scrape_sync(url, clock=clock))
     start = clock()
     n = 1

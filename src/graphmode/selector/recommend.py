@@ -30,6 +30,7 @@ from graphmode.core.errors import ModelError, ObjectiveError, StaleModelError
 from graphmode.core.modes import compilation_config, parse_mode
 from graphmode.core.records import Fingerprint, ObservedFeatures
 from graphmode.selector.artifacts import load_artifact
+from graphmode.selector.capture import CaptureAnswer
 from graphmode.selector.card import ARTIFACT_FILE, ModelCard
 from graphmode.selector.describe import WorkloadDescription, describe_features
 from graphmode.selector.featurize import ARCH_FIELD, SHAPE_FEATURES, shape_key
@@ -114,6 +115,7 @@ class Recommendation(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     elapsed_ms: float | None = None
+    capture: CaptureAnswer | None = Field(None, description="capture sizes for the observed steps (graphconfig)")
 
 
 Inputs = ObservedFeatures | WorkloadDescription | Mapping[str, Any]

@@ -27,8 +27,9 @@ from pydantic import (
 from graphmode.core.errors import ConfigError, ObjectiveError
 from graphmode.core.fingerprint import shape_of_config
 from graphmode.core.modes import CudaGraphMode, parse_mode
-from graphmode.core.records import ObservedFeatures
+from graphmode.core.records import ObservedFeatures, StepSizes
 from graphmode.profiling.grid import Grid
+from graphmode.selector.capture import CaptureBudget
 from graphmode.selector.card import ModelCard
 from graphmode.selector.describe import WorkloadDescription
 from graphmode.selector.live import metrics_url
@@ -265,6 +266,13 @@ class RecommendRequest(_Strict):
         "layers, hidden size and parameter count pick the shape to predict for (default: the service's "
         "target shape). A shape unlike any the model was trained on is answered with a warning.",
     )
+
+    # Optional: the whole graph configuration (selector.graphconfig). Without them the answer has no capture block.
+    step_sizes: StepSizes | None = Field(None, description="tokens per engine step (StepSizes): asks for capture sizes")
+    vllm_args: list[str] | None = Field(
+        None, max_length=200, description="the deployment's vLLM args: modes vLLM would downgrade are not recommended"
+    )
+    capture_budget: CaptureBudget | None = Field(None, description="limits on graph count, capture s, graph GiB")
 
     @field_validator("served_model_config")
     @classmethod

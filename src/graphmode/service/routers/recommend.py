@@ -216,6 +216,13 @@ def answer(
                 ],
             ) from None
         raise _objective_error(exc) from None
+    if body.step_sizes is not None or body.vllm_args is not None:
+        from graphmode.selector.graphconfig import complete
+
+        result = complete(result, step_sizes=body.step_sizes, vllm_args=body.vllm_args or [],
+                          served_config=body.served_model_config.as_dict() if body.served_model_config else None,
+                          budget=body.capture_budget,
+                          model_folder=rec.folder, env={})
     metrics = state.metrics
     metrics.compute.observe(time.perf_counter() - t0)
     metrics.recommendations.labels(result.mode, result.model_id, result.features_source).inc()

@@ -1,0 +1,549 @@
+"""Which batch sizes get a CUDA graph: ``cudagraph_capture_sizes`` chosen from the observed step sizes.
+
+vLLM pads a step of ``n`` tokens up to the smallest captured size ``>= n`` and replays that graph; a step
+above the largest captured size runs without a graph. Its default list (vllm/config/vllm.py,
+``_set_cudagraph_sizes``; the resolved config in every H200 fixture log shows it, 51 sizes for max 512) is
+``[1, 2, 4] + range(8, min(max + 1, 256), 8) + range(256, max + 1, 16)`` with
+``max = min(max_cudagraph_capture_size or min(2 * max_num_seqs, 512), max_num_batched_tokens)``,
+whatever the traffic. Here the list follows the traffic instead.
+
+Method (exact for the discrete distribution it is given)
+    The step-size distribution (:func:`step_distribution`) is a weight per integer token count. The
+    largest size is the upper edge of the histogram bucket holding the ``coverage`` quantile of the steps a
+    graph may take (steps above ``limit``, the largest size vLLM allows, run un-graphed whatever is chosen):
+    the edge, not the largest batch sampled, because the metrics bound a step only by its bucket. With the top fixed,
+    dynamic programming over the sorted candidates picks the ``K - 1`` other sizes that minimise the
+    expected padded tokens per step, for every ``K``; the answer is the fewest sizes whose padding is
+    within ``padding_tolerance`` tokens per step of the least the budget allows. Candidates are 1, 2, 4,
+    the multiples of 8 and every observed batch size (decode steps have exactly that many tokens), so a
+    list looks like one vLLM would use.
+
+Costs (:class:`CaptureCosts`)
+    Capture seconds linear in the number of graphs and the sum of their sizes; graph GiB linear in the
+    number of graphs and the largest size, the shape of vLLM's own estimate (one largest capture fills the
+    shared pool, each further graph adds an overhead). Least squares through the origin on measured engine
+    starts (vLLM's "Graph capturing finished in N secs, took X GiB" with the resolved size list). When every
+    measured start captured the same list the size terms cannot be told apart and the fit is per graph
+    only: the GiB saved is then an upper bound, and ``basis`` says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from graphmode.core.records import StartupInfo, StepSizes
+
+__all__ = [
+    "CaptureAnswer",
+    "CaptureBudget",
+    "CaptureCosts",
+    "choose_capture_sizes",
+    "default_capture_sizes",
+    "graphs_per_size",
+    "kv_bytes_per_token",
+    "step_distribution",
+]
+
+GIB = 1024**3
+# Each capture size is one graph per routine the mode captures (fixture logs: 51 PIECEWISE + 51 FULL
+# graphs for FULL_AND_PIECEWISE, 51 for each single mode).
+_GRAPHS_PER_SIZE = {"NONE": 0, "PIECEWISE": 1, "FULL": 1, "FULL_DECODE_ONLY": 1, "FULL_AND_PIECEWISE": 2}
+
+
+def graphs_per_size(mode: str) -> int:
+    return _GRAPHS_PER_SIZE.get(mode.upper(), 1)
+
+
+def default_capture_sizes(max_num_seqs: int = 256, max_num_batched_tokens: int | None = None,
+                          max_capture_size: int | None = None) -> list[int]:
+    """vLLM's own list for these scheduler settings (see the module docstring for where it comes from)."""
+    top = max_capture_size if max_capture_size is not None else min(2 * max_num_seqs, 512)
+    if max_num_batched_tokens is not None:
+        top = min(top, max_num_batched_tokens)
+    sizes = [s for s in (1, 2, 4) if s <= top]
+    if top >= 8:
+        sizes += list(range(8, min(top + 1, 256), 8))
+    if top >= 256:
+        sizes += list(range(256, top + 1, 16))
+    return sizes
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Weights of steps by token count ``1..len(weight) - 1`` (index = tokens), plus steps above that."""
+
+    weight: np.ndarray
+    above: float
+    observed: tuple[int, ...]  # batch sizes seen in running samples
+
+    @property
+    def total(self) -> float:
+        return float(self.weight.sum()) + self.above
+
+
+def step_distribution(steps: StepSizes, limit: int) -> Distribution:
+    """Spread each histogram bucket's steps over the integer token counts it covers, up to ``limit``.
+
+    Inside a bucket ``(lo, hi]`` the steps follow the running-request samples that fall in it when there
+    are any (a decode step has one token per running request), else they are uniform over ``lo+1..hi``.
+    Steps of buckets (or parts of buckets) above ``limit`` go to ``above``: no graph can take them.
+    """
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    weight = np.zeros(limit + 1)
+    above = steps.steps[-1] if len(steps.steps) == len(steps.le) + 1 else 0.0
+    lower = 0
+    for le, mass in zip(steps.le, steps.steps, strict=False):
+        hi = math.floor(le)
+        if mass > 0 and hi > lower:
+            inside = {n: c for n, c in steps.running.items() if lower < n <= hi and n > 0}
+            if inside:
+                total = sum(inside.values())
+                for n, c in inside.items():
+                    share = mass * c / total
+                    if n <= limit:
+                        weight[n] += share
+                    else:
+                        above += share
+            else:
+                per = mass / (hi - lower)
+                top = min(hi, limit)
+                if top > lower:
+                    weight[lower + 1:top + 1] += per
+                above += per * max(hi - max(limit, lower), 0)
+        lower = max(lower, hi)
+    observed = tuple(sorted(n for n in steps.running if 0 < n <= limit))
+    return Distribution(weight=weight, above=float(above), observed=observed)
+
+
+class CaptureBudget(BaseModel):
+    """Limits on what the capture may cost; ``None`` is no limit. ``max_graphs`` counts capture sizes."""
+
+    max_sizes: int | None = Field(None, ge=1)
+    max_capture_s: float | None = Field(None, gt=0)
+    max_graph_gib: float | None = Field(None, gt=0)
+
+
+class CaptureCosts(BaseModel):
+    """Capture seconds and graph GiB of a size list, fit on measured engine starts.
+
+    Seconds: ``s_per_graph * graphs + s_per_token * (sum of sizes over graphs)`` (each graph is one capture,
+    larger ones take longer). GiB: ``gib_per_graph * graphs + gib_per_max_token * largest size``, the shape
+    of vLLM's own estimate (``profile_cudagraph_memory`` in vllm/v1/worker/gpu_model_runner.py: the first,
+    largest capture fills the shared pool, every further graph adds a per-graph overhead; FULL and
+    PIECEWISE overlay the pool). ``identified`` is False when every start captured one list, so only the
+    per-graph terms could be fit: the GiB saved is then an upper bound (the largest graph's pool stays).
+    """
+
+    s_per_graph: float = 0.0
+    s_per_token: float = 0.0
+    gib_per_graph: float = 0.0
+    gib_per_max_token: float = 0.0
+    n_starts: int = 0
+    identified: bool = False
+    basis: str = "no measured engine start"
+
+    def predict(self, sizes: Sequence[int], mode: str) -> tuple[float, float]:
+        g = graphs_per_size(mode)
+        n, tok, top = g * len(sizes), g * sum(sizes), max(sizes, default=0)
+        return (self.s_per_graph * n + self.s_per_token * tok, self.gib_per_graph * n + self.gib_per_max_token * top)
+
+    @classmethod
+    def fit(cls, starts: Iterable[tuple[Sequence[int], str, float, float]]) -> CaptureCosts:
+        """Fit from ``(sizes, mode, capture_s, graph_gib)`` of measured engine starts."""
+        rows = [(list(s), m, c, g) for s, m, c, g in starts if s and graphs_per_size(m) > 0]
+        if not rows:
+            return cls()
+        n = np.array([graphs_per_size(m) * len(s) for s, m, _, _ in rows], float)
+        x_s = np.column_stack([n, [graphs_per_size(m) * sum(s) for s, m, _, _ in rows]])
+        x_g = np.column_stack([n, [max(s) for s, _, _, _ in rows]])
+        secs = np.array([r[2] for r in rows], float)
+        gib = np.array([r[3] for r in rows], float)
+        # The size terms are identified only when the starts captured lists of different shape.
+        ident_s = np.linalg.matrix_rank(x_s / n[:, None]) >= 2
+        ident_g = np.linalg.matrix_rank(x_g) >= 2 and len({len(s) for s, _, _, _ in rows}) > 1
+        a_s, b_s = _nonneg_lstsq(x_s, secs) if ident_s else (float(secs @ n / (n @ n)), 0.0)
+        a_g, b_g = _nonneg_lstsq(x_g, gib) if ident_g else (float(gib @ n / (n @ n)), 0.0)
+        if ident_s and ident_g:
+            basis = f"least squares on {len(rows)} engine starts with different size lists"
+        else:
+            basis = (f"per graph, from {len(rows)} engine starts that all captured one size list (the size "
+                     "terms need starts with another list; graph GiB saved is an upper bound)")
+        return cls(s_per_graph=a_s, s_per_token=b_s, gib_per_graph=a_g, gib_per_max_token=b_g,
+                   n_starts=len(rows), identified=bool(ident_s and ident_g), basis=basis)
+
+    @classmethod
+    def from_startups(cls, startups: Iterable[StartupInfo], *, max_num_seqs: int = 256) -> CaptureCosts:
+        """:meth:`fit` on parsed start-up logs; one without a resolved size list is taken to have captured
+        vLLM's default list for its ``max_num_seqs`` (what the resolved config of such logs shows)."""
+        starts = []
+        for st in startups:
+            mode = st.effective_mode or st.requested_mode
+            if st.capture_s is None or st.graph_gib is None or mode is None:
+                continue
+            sizes = st.capture_sizes
+            if not sizes:
+                args = st.non_default_args or {}
+                seqs = args.get("max_num_seqs")
+                sizes = default_capture_sizes(seqs if isinstance(seqs, int) else max_num_seqs,
+                                              st.max_num_batched_tokens)
+            starts.append((sizes, mode, st.capture_s, st.graph_gib))
+        return cls.fit(starts)
+
+
+def _nonneg_lstsq(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    if coef[0] >= 0 and coef[1] >= 0:
+        return float(coef[0]), float(coef[1])
+    # A negative term has no physical meaning: keep the better of the one-term fits.
+    fits = []
+    for j in (0, 1):
+        c = float(y @ x[:, j] / (x[:, j] @ x[:, j]))
+        fits.append((float(np.sum((y - c * x[:, j]) ** 2)), j, max(c, 0.0)))
+    _, j, c = min(fits)
+    return (c, 0.0) if j == 0 else (0.0, c)
+
+
+class ListStats(BaseModel):
+    """How one size list serves a step-size distribution, and what it costs."""
+
+    sizes: list[int]
+    graphed_share: float | None = Field(description="share of steps that replay a graph")
+    padded_tokens_per_step: float | None = Field(description="expected padding per graphed step, tokens")
+    padding_share: float | None = Field(description="padded tokens / real tokens of graphed steps")
+    capture_s: float | None = None
+    graph_gib: float | None = None
+
+
+class CaptureAnswer(BaseModel):
+    """The chosen ``cudagraph_capture_sizes`` against vLLM's default list, and why."""
+
+    mode: str
+    sizes: list[int]
+    max_capture_size: int
+    default_sizes: list[int]
+    chosen: ListStats
+    default: ListStats
+    capture_s_saved: float | None = None
+    graph_gib_saved: float | None = None
+    kv_tokens_gained: int | None = Field(None, description="graph GiB saved / KV bytes per token")
+    steps_observed: float = 0.0
+    steps_above_limit: float = Field(
+        0.0, description="steps no graph can take: above the largest size vLLM allows (and, in FULL_DECODE_ONLY, "
+        "the steps with prefill tokens)")
+    decode_steps: float | None = None
+    mixed_steps: float | None = None
+    costs_basis: str = ""
+    excluded_modes: dict[str, str] = Field(
+        default_factory=dict, description="modes vLLM would downgrade for this deployment, and why")
+    notes: list[str] = Field(default_factory=list)
+
+    def compilation_config(self) -> dict[str, Any]:
+        return {"cudagraph_capture_sizes": self.sizes, "max_cudagraph_capture_size": self.max_capture_size}
+
+
+def list_stats(sizes: Sequence[int], dist: Distribution, costs: CaptureCosts | None, mode: str) -> ListStats:
+    capture_s = graph_gib = None
+    if costs is not None and costs.n_starts:
+        capture_s, graph_gib = (round(v, 3) for v in costs.predict(sizes, mode))
+    total = dist.total
+    if total <= 0 or not sizes:
+        return ListStats(sizes=list(sizes), graphed_share=None, padded_tokens_per_step=None, padding_share=None,
+                         capture_s=capture_s, graph_gib=graph_gib)
+    tokens = np.arange(len(dist.weight), dtype=float)
+    srt = sorted(sizes)
+    graphed = pad = real = 0.0
+    lower = 0
+    for s in srt:
+        top = min(s, len(dist.weight) - 1)
+        if top > lower:
+            w = dist.weight[lower + 1:top + 1]
+            graphed += float(w.sum())
+            pad += float((w * (s - tokens[lower + 1:top + 1])).sum())
+            real += float((w * tokens[lower + 1:top + 1]).sum())
+        lower = max(lower, top)
+    return ListStats(
+        sizes=list(srt),
+        graphed_share=round(graphed / total, 4),
+        padded_tokens_per_step=round(pad / graphed, 3) if graphed > 0 else None,
+        padding_share=round(pad / real, 4) if real > 0 else None,
+        capture_s=capture_s, graph_gib=graph_gib,
+    )
+
+
+MAX_CANDIDATES = 1024  # keeps the O(K n²) DP well under a second
+MAX_SIZES = 128  # more sizes than vLLM's default list ever has (51 up to 512, 67 up to 768, ...)
+MAX_LIMIT = 65536  # no capture size above this is considered (vLLM's token budget is usually 2048-16384)
+
+
+def _candidates(dist: Distribution, top: int) -> list[int]:
+    # Multiples of 8, thinned to multiples of 8·k when a large top would give too many.
+    step = 8 * max(1, math.ceil(top / 8 / MAX_CANDIDATES))
+    observed = dist.observed
+    if len(observed) > MAX_CANDIDATES // 2:  # keep the most frequent batch sizes
+        observed = tuple(sorted(sorted(observed, key=lambda n: -dist.weight[n])[: MAX_CANDIDATES // 2]))
+    pool = {1, 2, 4, *range(step, top + 1, step), *observed, top}
+    return sorted(c for c in pool if 1 <= c <= top)
+
+
+def _best_lists(dist: Distribution, cands: list[int], k_max: int) -> list[tuple[float, list[int]]]:
+    """For K = 1..k_max: least expected padded tokens (summed over steps) and the sizes, top fixed at cands[-1].
+
+    ``cost(i, j)`` pads the steps in ``(cands[i], cands[j]]`` up to ``cands[j]``; prefix sums make it O(1),
+    so each K is one vectorised pass over (i, j).
+    """
+    w = dist.weight
+    cw = np.concatenate([[0.0], np.cumsum(w)])  # cw[t + 1]: weight of steps of at most t tokens
+    ct = np.concatenate([[0.0], np.cumsum(w * np.arange(len(w)))])
+    c = np.array(cands)
+    n = len(c)
+
+    def upto(arr: np.ndarray, t: np.ndarray) -> np.ndarray:  # sum over tokens 1..t
+        out: np.ndarray = arr[np.minimum(t, len(w) - 1) + 1]
+        return out
+
+    W, T = upto(cw, c), upto(ct, c)
+    # seg[i, j] for i < j: steps in (c[i], c[j]] padded to c[j]; row n stands for "nothing below" (lower 0).
+    seg = np.full((n + 1, n), np.inf)
+    iu = np.triu_indices(n, 1)
+    seg[iu] = c[iu[1]] * (W[iu[1]] - W[iu[0]]) - (T[iu[1]] - T[iu[0]])
+    seg[n, :] = c * W - T
+    best = seg[n, :].copy()  # K = 1: only c[j]
+    back: list[np.ndarray] = [np.full(n, n)]
+    out = [(float(best[-1]), [int(c[-1])])]
+    for _k in range(2, min(k_max, n) + 1):
+        total = best[:, None] + seg[:n, :]
+        arg = np.argmin(total, axis=0)
+        best = total[arg, np.arange(n)]
+        back.append(arg)
+        sizes, j = [], n - 1
+        for step in reversed(back):
+            sizes.append(int(c[j]))
+            j = int(step[j])
+            if j == n:
+                break
+        out.append((float(best[-1]), sorted(sizes)))
+    return out
+
+
+def choose_capture_sizes(
+    steps: StepSizes | None,
+    *,
+    mode: str = "FULL_AND_PIECEWISE",
+    max_num_seqs: int = 256,
+    max_num_batched_tokens: int | None = None,
+    limit: int | None = None,
+    budget: CaptureBudget | None = None,
+    costs: CaptureCosts | None = None,
+    kv_bytes_per_token: float | None = None,
+    coverage: float = 1.0,
+    padding_tolerance: float = 1.0,
+) -> CaptureAnswer:
+    """The capture sizes for ``steps`` (see the module docstring), compared with vLLM's default list.
+
+    ``limit`` is the largest size vLLM may capture (default ``max_num_batched_tokens``, else 8192, vLLM's
+    usual chunked-prefill budget). An empty or missing distribution keeps vLLM's default list and says so.
+    """
+    if not 0 < coverage <= 1:
+        raise ValueError(f"coverage must be in (0, 1], got {coverage}")
+    budget = budget or CaptureBudget()
+    default = default_capture_sizes(max_num_seqs, max_num_batched_tokens)
+    cap = limit if limit is not None else (max_num_batched_tokens or 8192)
+    if cap < 1:
+        raise ValueError(f"the capture-size limit must be at least 1, got {cap}")
+    cap = min(cap, MAX_LIMIT)
+    notes: list[str] = []
+    prefill_moved = 0.0
+    if steps is not None and mode.upper() == "FULL_DECODE_ONLY" and steps.mixed_steps:
+        before = steps.steps[-1] if len(steps.steps) > len(steps.le) else 0.0
+        steps = _decode_only(steps)
+        prefill_moved = steps.steps[-1] - before
+        notes.append(f"FULL_DECODE_ONLY graphs decode steps only: the {prefill_moved:g} steps that carry "
+                     "prefill tokens run without a graph whatever the list, and count as un-graphed")
+    dist = step_distribution(steps, cap) if steps is not None else Distribution(np.zeros(cap + 1), 0.0, ())
+    basis = costs.basis if costs is not None else "no cost model"
+    graphable = float(dist.weight.sum())
+    d_stats = list_stats(default, dist, costs, mode)
+    if graphable <= 0:
+        why = ("no step in the window" if dist.total <= 0
+               else f"every observed step is above {cap} tokens, the largest size vLLM allows")
+        notes.append(f"{why}: vLLM's default list is kept")
+        return _answer(mode, default, default, dist, d_stats, d_stats, costs, kv_bytes_per_token, steps, basis,
+                       notes)
+    cum = np.cumsum(dist.weight)
+    top = max(int(np.searchsorted(cum, coverage * graphable - 1e-9)), 1)
+    # The histogram only bounds a step by its bucket's edge, and sparse running samples can miss the largest
+    # batches: the top size is that edge, so every step the histogram allows replays a graph.
+    assert steps is not None
+    top = min(next((math.floor(e) for e in steps.le if e >= top), top), cap)
+    cands = _candidates(dist, top)
+    k_max = min(budget.max_sizes or len(default), len(cands), MAX_SIZES)
+    best: tuple[float, list[int]] | None = None
+    lists = _best_lists(dist, cands, k_max)
+    allowed = [(p, s) for p, s in lists if _within(s, budget, costs, mode)]
+    if (budget.max_capture_s is not None or budget.max_graph_gib is not None) and (costs is None
+                                                                                   or not costs.n_starts):
+        notes.append("no measured engine start to predict capture seconds or graph GiB: that budget is not checked")
+    if not allowed:
+        # Even [top] alone is over budget: the largest top whose single graph fits, then the best lists under it.
+        fits = [t for t in cands[:-1] if _within([t], budget, costs, mode)]
+        if fits:
+            notes.append(f"no list reaching {top} fits the budget: the largest size is lowered to {fits[-1]}, "
+                         "larger steps run without a graph")
+            sub = _best_lists(dist, [c for c in cands if c <= fits[-1]], k_max)
+            allowed = [(p, s) for p, s in sub if _within(s, budget, costs, mode)]
+    if not allowed:
+        notes.append("even one graph exceeds the budget: vLLM's default list is kept")
+        return _answer(mode, default, default, dist, d_stats, d_stats, costs, kv_bytes_per_token, steps, basis,
+                       notes)
+    floor = min(p for p, _ in allowed)
+    for p, s in allowed:  # ascending K: the fewest sizes within tolerance of the least padding
+        if (p - floor) / graphable <= padding_tolerance:
+            best = (p, s)
+            break
+    assert best is not None
+    sizes = best[1]
+    beyond = dist.above - prefill_moved
+    if beyond > 1e-9:
+        share = beyond / dist.total
+        notes.append(f"{share:.1%} of steps are above {cap} tokens, the largest size vLLM allows: they run "
+                     "without a graph whatever the list")
+    if sizes[-1] > default[-1]:
+        notes.append(f"the largest size {sizes[-1]} is above the default's {default[-1]}: steps the default "
+                     "runs without a graph get one")
+    return _answer(mode, sizes, default, dist, list_stats(sizes, dist, costs, mode), d_stats, costs, kv_bytes_per_token,
+                   steps, basis, notes)
+
+
+def _decode_only(steps: StepSizes) -> StepSizes:
+    """``steps`` with the buckets that must hold prefill tokens (lower edge at or above the largest running
+    sample, the rule of :func:`graphmode.profiling.features.compute_step_sizes`) moved above every size."""
+    batch_max = max(steps.running)
+    lowers = [0.0, *steps.le]
+    kept = [0.0 if lower >= batch_max else n for lower, n in zip(lowers, steps.steps, strict=False)]
+    moved = sum(steps.steps[: len(steps.le)]) - sum(kept[: len(steps.le)])
+    above = steps.steps[len(steps.le)] if len(steps.steps) > len(steps.le) else 0.0
+    return steps.model_copy(update={"steps": [*kept[: len(steps.le)], above + moved]})
+
+
+def _within(sizes: Sequence[int], budget: CaptureBudget, costs: CaptureCosts | None, mode: str) -> bool:
+    if budget.max_sizes is not None and len(sizes) > budget.max_sizes:
+        return False
+    if costs is None or not costs.n_starts:
+        return True
+    secs, gib = costs.predict(sizes, mode)
+    return ((budget.max_capture_s is None or secs <= budget.max_capture_s)
+            and (budget.max_graph_gib is None or gib <= budget.max_graph_gib))
+
+
+def _answer(mode: str, sizes: list[int], default: list[int], dist: Distribution, chosen: ListStats,
+            d_stats: ListStats, costs: CaptureCosts | None, kv_bpt: float | None, steps: StepSizes | None,
+            basis: str, notes: list[str]) -> CaptureAnswer:
+    s_saved = g_saved = None
+    if chosen.capture_s is not None and d_stats.capture_s is not None:
+        s_saved = round(d_stats.capture_s - chosen.capture_s, 3)
+    if chosen.graph_gib is not None and d_stats.graph_gib is not None:
+        g_saved = round(d_stats.graph_gib - chosen.graph_gib, 4)
+    kv = int(g_saved * GIB / kv_bpt) if g_saved is not None and kv_bpt else None
+    return CaptureAnswer(
+        mode=mode, sizes=sizes, max_capture_size=max(sizes), default_sizes=default, chosen=chosen,
+        default=d_stats, capture_s_saved=s_saved, graph_gib_saved=g_saved, kv_tokens_gained=kv,
+        steps_observed=round(dist.total, 3), steps_above_limit=round(dist.above, 3),
+        decode_steps=steps.decode_steps if steps is not None else None,
+        mixed_steps=steps.mixed_steps if steps is not None else None,
+        costs_basis=basis, notes=notes,
+    )
+
+
+def kv_bytes_per_token(config: Mapping[str, Any], dtype_bytes: int = 2) -> float | None:
+    """K and V of one token over every layer, from a Hugging Face config.json (``None`` if it lacks a shape).
+
+    ``2 * layers * kv_heads * head_dim * dtype_bytes``: 32 KiB for Llama-3.2-1B, 128 KiB for Llama-3.1-8B
+    in bf16, which is what the H200 logs' KV cache GiB / tokens gives.
+    """
+    cfg = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
+    assert isinstance(cfg, Mapping)
+    layers, heads, hidden = cfg.get("num_hidden_layers"), cfg.get("num_attention_heads"), cfg.get("hidden_size")
+    if not all(isinstance(v, int) and v > 0 for v in (layers, heads, hidden)):
+        return None
+    assert isinstance(layers, int) and isinstance(heads, int) and isinstance(hidden, int)
+    kv_heads = cfg.get("num_key_value_heads", heads)
+    head_dim = cfg.get("head_dim") or hidden // heads
+    if not isinstance(kv_heads, int) or not isinstance(head_dim, int):
+        return None
+    return float(2 * layers * kv_heads * head_dim * dtype_bytes)
+
+
+def costs_from_dataset(path: Any, *, model_config_hash: str | None = None,
+                       num_params_b: float | None = None) -> CaptureCosts:
+    """:class:`CaptureCosts` from the engine starts in a profile dataset, for one model shape.
+
+    Rows of the shape with ``model_config_hash`` when given and present; else of the shape nearest in
+    parameters; else all rows. Each engine start counts once (its cells share its start-up log). Cached
+    per file version: the service answers many requests from one model folder.
+    """
+    import os
+
+    stat = os.stat(path)
+    return _costs_cached(str(path), stat.st_mtime_ns, stat.st_size, model_config_hash, num_params_b)
+
+
+@functools.lru_cache(maxsize=32)
+def _costs_cached(path: str, _mtime_ns: int, _size: int, model_config_hash: str | None,
+                  num_params_b: float | None) -> CaptureCosts:
+    from graphmode.core.dataset import ProfileStore
+
+    with ProfileStore(path, readonly=True) as store:
+        rows = store.rows(status="ok")
+    if not rows:
+        return CaptureCosts()
+    shapes = {r.get("fp_model_config_hash") for r in rows}
+    pick: Any = None
+    if model_config_hash in shapes:
+        pick = model_config_hash
+    elif num_params_b is not None:
+        sized = [(abs((r.get("fp_num_params_b") or 0) - num_params_b), r.get("fp_model_config_hash")) for r in rows
+                 if r.get("fp_num_params_b") is not None]
+        pick = min(sized)[1] if sized else None
+    if pick is not None:
+        rows = [r for r in rows if r.get("fp_model_config_hash") == pick]
+    seen: set[tuple[Any, ...]] = set()
+    starts: list[StartupInfo] = []
+    for r in rows:
+        key = (r.get("run_id"), r.get("mode"), r.get("repeat"), r.get("startup_s"))
+        if key in seen:
+            continue
+        seen.add(key)
+        starts.append(StartupInfo(
+            capture_s=r.get("capture_s"), graph_gib=r.get("graph_gib"), effective_mode=r.get("effective_mode"),
+            requested_mode=r.get("mode"), max_num_batched_tokens=r.get("max_num_batched_tokens"),
+            capture_sizes=_json_list(r.get("capture_sizes")), non_default_args=_json_dict(r.get("non_default_args")),
+        ))
+    return CaptureCosts.from_startups(starts)
+
+
+def _json_list(raw: Any) -> list[int] | None:
+    import json
+
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return None
+    return [int(v) for v in value] if isinstance(value, list) and all(isinstance(v, int) for v in value) else None
+
+
+def _json_dict(raw: Any) -> dict[str, Any] | None:
+    import json
+
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,203 @@
+"""The capture-size chooser: vLLM's default list, the cost fit from real H200 start-up logs, the exact DP."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphmode.core.records import StepSizes
+from graphmode.profiling.logparse import parse_startup_log_file
+from graphmode.selector.capture import (
+    CaptureBudget,
+    CaptureCosts,
+    choose_capture_sizes,
+    costs_from_dataset,
+    default_capture_sizes,
+    kv_bytes_per_token,
+    step_distribution,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+H200 = ROOT / "tests" / "fixtures" / "vllm-0.24-h200"
+EDGES = [1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0]
+
+
+def steps_of(counts: dict[int, float], running: dict[int, int] | None = None, above: float = 0.0) -> StepSizes:
+    """A histogram with vLLM's fixed edges, steps put in the bucket of each token count."""
+    per = [0.0] * len(EDGES)
+    for tokens, n in counts.items():
+        per[next(i for i, e in enumerate(EDGES) if tokens <= e)] += n
+    return StepSizes(le=EDGES, steps=[*per, above], running=running or {})
+
+
+def h200_costs(shape: str) -> CaptureCosts:
+    return CaptureCosts.from_startups(parse_startup_log_file(p) for p in sorted(H200.glob(f"{shape}-*.log")))
+
+
+def test_default_list_is_what_vllm_resolved_in_the_fixture_logs() -> None:
+    for log in H200.glob("*.log"):
+        st = parse_startup_log_file(log)
+        if st.capture_sizes:  # NONE logs resolve an empty list
+            assert st.capture_sizes == default_capture_sizes(256, st.max_num_batched_tokens), log.name
+            assert st.max_capture_size == 512
+    assert default_capture_sizes(8) == [1, 2, 4, 8, 16]
+    assert default_capture_sizes(1024)[-1] == 512  # min(2 × max_num_seqs, 512)
+    assert default_capture_sizes(256, max_num_batched_tokens=100)[-1] == 96  # clipped to the token budget
+    assert default_capture_sizes(256, max_capture_size=1024)[-3:] == [992, 1008, 1024]
+
+
+def test_costs_fit_from_real_logs_reproduce_the_measured_totals() -> None:
+    costs = h200_costs("llama8b")
+    assert costs.n_starts == 4 and "one size list" in costs.basis  # every start captured the default list
+    default = default_capture_sizes()
+    for mode, secs, gib in (("FULL", 3.0, 0.68), ("FULL_AND_PIECEWISE", 6.0, 0.98), ("PIECEWISE", 5.0, 0.35)):
+        p_s, p_g = costs.predict(default, mode)
+        assert p_s == pytest.approx(secs, abs=2.0) and p_g == pytest.approx(gib, abs=0.35), mode
+    assert not costs.identified
+    # With starts of different lists both terms are identified and recovered exactly.
+    truth = (0.05, 0.0002, 0.004, 0.0003)
+    lists = [[1, 2, 4, 8], [8, 64, 256, 512], list(range(8, 129, 8))]
+    fit = CaptureCosts.fit((s, "FULL", truth[0] * len(s) + truth[1] * sum(s), truth[2] * len(s) + truth[3] * max(s))
+                           for s in lists)
+    assert (fit.s_per_graph, fit.s_per_token, fit.gib_per_graph, fit.gib_per_max_token) == pytest.approx(truth)
+    assert fit.identified and "different size lists" in fit.basis
+    assert CaptureCosts.fit([]).n_starts == 0
+
+
+def test_every_step_of_size_one_needs_one_graph() -> None:
+    ans = choose_capture_sizes(steps_of({1: 5000}), costs=h200_costs("llama8b"), kv_bytes_per_token=131072)
+    assert ans.sizes == [1] and ans.max_capture_size == 1
+    assert ans.chosen.graphed_share == 1.0 and ans.chosen.padded_tokens_per_step == 0.0
+    assert ans.default.graphed_share == 1.0  # the default also graphs size 1, with 50 more sizes
+    assert ans.capture_s_saved is not None and ans.capture_s_saved > 0
+    assert ans.graph_gib_saved is not None and ans.kv_tokens_gained == int(ans.graph_gib_saved * 2**30 / 131072)
+    assert ans.compilation_config() == {"cudagraph_capture_sizes": [1], "max_cudagraph_capture_size": 1}
+
+
+def test_steps_above_any_allowed_size_are_never_graphed() -> None:
+    # All steps in (8192, 16384] with max_num_batched_tokens 8192: nothing a graph could take.
+    ans = choose_capture_sizes(steps_of({10000: 40}), max_num_batched_tokens=8192)
+    assert ans.sizes == ans.default_sizes and ans.steps_above_limit == 40
+    assert ans.chosen.graphed_share == 0.0 and "above 8192" in ans.notes[0]
+    # Mixed: 1/5 of the steps above the +Inf edge, the rest at batch 12.
+    mixed = choose_capture_sizes(steps_of({12: 80}, running={12: 30}, above=20.0))
+    # The top is the bucket's edge (16): a batch of 13..16 the samples missed still replays a graph.
+    assert mixed.sizes == [12, 16] and mixed.chosen.graphed_share == pytest.approx(0.8)
+    assert any("20.0% of steps are above" in n for n in mixed.notes)
+
+
+def test_an_empty_window_keeps_the_default() -> None:
+    for steps in (None, steps_of({})):
+        ans = choose_capture_sizes(steps)
+        assert ans.sizes == default_capture_sizes() and ans.steps_observed == 0
+        assert ans.chosen.graphed_share is None and "no step in the window" in ans.notes[0]
+
+
+def test_default_too_short_a_larger_size_is_chosen() -> None:
+    # --max-num-seqs 1024: decode batches of 700 run un-graphed under the default list (max 512).
+    steps = steps_of({20: 100, 700: 400}, running={20: 10, 700: 40})
+    ans = choose_capture_sizes(steps, max_num_seqs=1024, max_num_batched_tokens=8192)
+    assert ans.default.graphed_share == pytest.approx(0.2) and ans.chosen.graphed_share == 1.0
+    assert ans.max_capture_size == 1024 and {20, 700} <= set(ans.sizes)
+    assert any("above the default's 512" in n for n in ans.notes)
+
+
+def _brute(weights: dict[int, float], cands: list[int], k: int) -> float:
+    top = max(cands)
+    best = float("inf")
+    for rest in itertools.combinations([c for c in cands if c < top], k - 1):
+        sizes = sorted([*rest, top])
+        pad = sum(w * (next(s for s in sizes if s >= t) - t) for t, w in weights.items())
+        best = min(best, pad)
+    return best
+
+
+def test_dp_is_exact_against_brute_force() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        batch = {int(b): float(rng.integers(1, 50)) for b in rng.choice(np.arange(1, 60), size=8, replace=False)}
+        steps = steps_of(batch, running={b: 1 for b in batch})
+        for k in (2, 3, 4):
+            ans = choose_capture_sizes(steps, budget=CaptureBudget(max_sizes=k), padding_tolerance=0.0)
+            # The chooser sees the histogram spread by the running samples (one each), not ``batch`` itself.
+            dist = step_distribution(steps, 8192)
+            seen = {int(t): float(w) for t, w in enumerate(dist.weight) if w > 0}
+            top = ans.max_capture_size
+            assert top == next(int(e) for e in EDGES if e >= max(batch))
+            cands = sorted({1, 2, 4, *range(8, top + 1, 8), *dist.observed, top})
+            got = sum(w * (next(s for s in ans.sizes if s >= t) - t) for t, w in seen.items())
+            assert len(ans.sizes) <= k
+            assert got == pytest.approx(_brute(seen, cands, min(k, len(cands))))
+
+
+def test_budget_on_seconds_and_gib_is_respected() -> None:
+    costs = h200_costs("llama8b")
+    steps = steps_of({t: 10.0 for t in range(1, 257)}, running={t: 1 for t in range(1, 257)})
+    for budget in (CaptureBudget(max_capture_s=1.0), CaptureBudget(max_graph_gib=0.1), CaptureBudget(max_sizes=3)):
+        ans = choose_capture_sizes(steps, costs=costs, budget=budget)
+        secs, gib = costs.predict(ans.sizes, "FULL_AND_PIECEWISE")
+        assert budget.max_capture_s is None or secs <= budget.max_capture_s
+        assert budget.max_graph_gib is None or gib <= budget.max_graph_gib
+        assert budget.max_sizes is None or len(ans.sizes) <= budget.max_sizes
+    with pytest.raises(ValueError):
+        choose_capture_sizes(steps, coverage=0.0)
+
+
+def test_kv_bytes_per_token_matches_the_measured_kv_cache() -> None:
+    shapes = ROOT / "models" / "shapes"
+    # H200 logs: KV cache GiB / tokens = 32 KiB (1B) and 128 KiB (8B) per token in bf16.
+    assert kv_bytes_per_token(json.loads((shapes / "llama-3.2-1b.json").read_text())) == 32768
+    assert kv_bytes_per_token(json.loads((shapes / "llama-3.1-8b.json").read_text())) == 131072
+    assert kv_bytes_per_token({"model_type": "x"}) is None
+
+
+def test_costs_from_the_bundled_dataset_pick_the_shape() -> None:
+    dataset = next((ROOT / "models").glob("nvidia-h200-*/dataset.sqlite"))
+    small, big = costs_from_dataset(dataset, num_params_b=1.2), costs_from_dataset(dataset, num_params_b=8.0)
+    assert small.n_starts > 0 and big.n_starts > 0
+    assert big.gib_per_graph > small.gib_per_graph  # 0.68 vs 0.27 GiB for 51 FULL graphs
+
+
+def test_bad_step_sizes_are_refused_and_huge_limits_stay_fast() -> None:
+    import time
+
+    for bad in ({"le": [8.0, 1.0], "steps": [1.0, 1.0]}, {"le": [1.0], "steps": [-1.0]},
+                {"le": [1.0], "steps": [1.0, 1.0, 1.0]}, {"le": [float("nan")], "steps": [1.0]},
+                {"le": [1.0], "steps": [1.0], "running": {"-3": 1}}):
+        with pytest.raises(ValueError):
+            StepSizes.model_validate(bad)
+    wide = StepSizes(le=[1.0, 1_000_000.0], steps=[10.0, 1000.0, 0.0])
+    t0 = time.perf_counter()
+    ans = choose_capture_sizes(wide, max_num_batched_tokens=10_000_000, budget=CaptureBudget(max_sizes=10_000))
+    assert time.perf_counter() - t0 < 10 and ans.max_capture_size == 65536 and len(ans.sizes) <= 128
+
+
+def test_decode_only_mode_says_mixed_steps_run_without_a_graph() -> None:
+    steps = StepSizes(le=EDGES, steps=[0.0, 90.0, 0.0, 0.0, 10.0, *[0.0] * 9], running={6: 5},
+                      decode_steps=90.0, mixed_steps=10.0)
+    ans = choose_capture_sizes(steps, mode="FULL_DECODE_ONLY")
+    assert any("the 10 steps that carry prefill" in n for n in ans.notes)
+    assert not any("above 8192" in n for n in ans.notes) and ans.steps_above_limit == 10
+    # The (32, 64] steps hold prefill: no graph for them in this mode, so the list stops at the decode bucket.
+    assert ans.max_capture_size == 8 and ans.chosen.graphed_share == pytest.approx(0.9)
+    assert ans.default.graphed_share == pytest.approx(0.9)
+    both = choose_capture_sizes(steps)  # FULL_AND_PIECEWISE graphs the mixed steps too
+    assert both.max_capture_size == 64 and not any("prefill" in n for n in both.notes)
+
+
+def test_a_budget_too_small_for_the_top_lowers_it_and_says_so() -> None:
+    costs = CaptureCosts(s_per_graph=0.01, gib_per_graph=0.001, gib_per_max_token=0.001, n_starts=2,
+                         identified=True, basis="test")
+    steps = steps_of({4: 50.0, 20: 30.0, 200: 20.0}, running={4: 5, 20: 3, 200: 2})
+    ans = choose_capture_sizes(steps, costs=costs, budget=CaptureBudget(max_graph_gib=0.1))
+    # One FULL+PIECEWISE list up to 256 costs ≥ 0.256 GiB for the pool alone: the top drops to fit.
+    assert ans.max_capture_size < 200 and ans.chosen.graph_gib is not None and ans.chosen.graph_gib <= 0.1
+    assert ans.chosen.graphed_share == pytest.approx(0.8) and any("lowered" in n for n in ans.notes)
+    none = choose_capture_sizes(steps, costs=costs, budget=CaptureBudget(max_graph_gib=0.0001))
+    assert none.sizes == none.default_sizes and any("even one graph" in n for n in none.notes)
+    unchecked = choose_capture_sizes(steps, budget=CaptureBudget(max_capture_s=0.1))
+    assert any("not checked" in n for n in unchecked.notes)

@@ -1,0 +1,74 @@
+"""The report's capture-size section: summed step sizes per shape, the chosen sizes marked, old data noted."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from graphmode.core.dataset import ProfileStore
+from graphmode.core.records import Fingerprint, StartupInfo, StepSizes
+from graphmode.report.capture import figure, insert_section, section, shape_steps
+from graphmode.selector.capture import default_capture_sizes
+from tests.unit.test_dataset import record
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+EDGES = [1.0, 8.0, 16.0, 32.0, 64.0]
+
+
+def _dataset(path: Path) -> Path:
+    fp = Fingerprint(gpu_name="NVIDIA H200", vllm_version="0.24.0", model_architecture="LlamaForCausalLM",
+                     num_params_b=8.03, model_config_hash="abc")
+    start = StartupInfo(capture_s=6.0, graph_gib=0.98, effective_mode="FULL_AND_PIECEWISE",
+                        capture_sizes=default_capture_sizes())
+    with ProfileStore(path) as store:
+        for i, (steps, running) in enumerate((([0, 100, 20, 0, 0, 0], {6: 3}), ([0, 50, 0, 10, 0, 0], {5: 2}))):
+            rec = record(mode="FULL_AND_PIECEWISE", workload=f"w{i}", fingerprint=fp, startup=start,
+                         step_sizes=StepSizes(le=EDGES, steps=[float(x) for x in steps], running=running))
+            store.append(rec, f"h{i}")
+    return path
+
+
+def test_section_sums_cells_and_marks_the_chosen_sizes(tmp_path: Path) -> None:
+    ds = _dataset(tmp_path / "p.sqlite")
+    shapes, missing = shape_steps([ds])
+    assert missing == 0 and len(shapes) == 1
+    sh = shapes[0]
+    assert sh.cells == 2 and sh.steps.steps == [0.0, 150.0, 20.0, 10.0, 0.0, 0.0]
+    assert sh.steps.running == {6: 3, 5: 2}
+    assert sh.answer.max_capture_size == 32 and sh.answer.chosen.graphed_share == 1.0
+    assert sh.answer.chosen.capture_s is not None  # priced by the dataset's engine starts
+    marks = [a.text for a in figure(sh).layout.annotations]
+    assert "▲ " + ", ".join(str(s) for s in sh.answer.sizes if s <= 8) in marks and "default max 512" in marks
+    text = section([ds])
+    assert "LlamaForCausalLM 8.0B" in text and "default max 512" in text
+    assert ", ".join(map(str, sh.answer.sizes)) in text
+    page = insert_section("<main><p>x</p><footer>f</footer></main>", [ds])
+    assert page.index("id='capture'") < page.index("<footer>")
+
+
+def test_datasets_without_step_sizes_get_a_note(tmp_path: Path) -> None:
+    old = tmp_path / "old.sqlite"
+    shutil.copy(FIXTURES / "profile-cpu.sqlite", old)
+    text = section([old])
+    assert "No cell recorded its step sizes" in text and "<div class='fig'>" not in text
+
+
+def test_bench_script_prints_sizes_per_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("capture_sizes", root / "bench" / "capture_sizes.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ds = _dataset(tmp_path / "p.sqlite")
+    assert mod.main([str(ds), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [o["workload"] for o in out] == ["w0", "w1"]
+    assert out[0]["compilation_config"]["max_cudagraph_capture_size"] == 16  # w0's steps end in (8, 16]
+    assert out[1]["compilation_config"]["max_cudagraph_capture_size"] == 32
+    assert mod.main([str(ds)]) == 0 and "| LlamaForCausalLM 8.0B | w0 |" in capsys.readouterr().out
+    assert mod.main([str(tmp_path / "missing.sqlite")]) == 2
