@@ -83,7 +83,7 @@ class RaceConfig:
     stagger_s: float = 0.0
     cell_s: float = 3.0
     warmup_s: float = 2.0
-    idle_probe_s: float = 1.0
+    idle_probe_s: float = 0.5
     separate_caches: bool = True  # each arm its own VLLM_CACHE_ROOT unless the environment sets one
 
 
