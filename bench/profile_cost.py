@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import statistics
 import sys
 import tempfile
 import time
@@ -183,6 +184,10 @@ class DatasetCost:
     starts: int = 0
     rounds: int = 0
     modes: set[str] = field(default_factory=set)
+    starts_wall_s: float = 0.0  # race: time to bring each session's engines up, overlapped
+    startup_sum_s: float = 0.0  # race: the same engines' start-up times added up
+    idle_cpu: list[float] = field(default_factory=list)  # race: CPU s/s of engines waiting their turn
+    idle_gpu: list[float] = field(default_factory=list)  # race: GPU util % with every engine idle
 
 
 def _shape_name(row: dict[str, object]) -> str:
@@ -234,6 +239,12 @@ def dataset_costs(path: Path) -> list[DatasetCost]:
         raced = [r for r in rows if r.get("race_round") is not None and _shape_name(r) == key[1]]
         out[key].starts = len({r.get("race_start_id") for r in raced})
         out[key].rounds = len({(r.get("race_id"), r.get("race_round")) for r in raced})
+        walls = {r["run_id"]: float(r["race_starts_wall_s"]) for r in raced if r.get("race_starts_wall_s")}
+        startups = {r.get("race_start_id"): float(r["startup_s"]) for r in raced if r.get("startup_s")}
+        out[key].starts_wall_s, out[key].startup_sum_s = sum(walls.values()), sum(startups.values())
+        out[key].idle_cpu = [float(r["race_idle_cpu_cores"]) for r in raced if r.get("race_idle_cpu_cores") is not None]
+        out[key].idle_gpu = [float(r["race_idle_gpu_util_pct"]) for r in raced
+                             if r.get("race_idle_gpu_util_pct") is not None]
     return sorted(out.values(), key=lambda c: (c.shape, c.kind))
 
 
@@ -243,6 +254,19 @@ def compare_table(costs: list[DatasetCost]) -> str:
     for c in costs:
         lines.append(f"{c.shape:<28} {c.kind:<5} {c.gpu_s / 60:8.1f} {c.cells:6d} {c.failed:6d} {c.starts:6d} "
                      f"{c.rounds or '-':>6}  {','.join(sorted(c.modes))}")
+    for c in costs:
+        if c.kind != "race":
+            continue
+        if c.startup_sum_s:
+            lines.append(f"{c.shape}: overlapped starts took {c.starts_wall_s:.0f} s for {c.startup_sum_s:.0f} s of "
+                         f"start-up added up ({c.starts_wall_s / c.startup_sum_s:.0%})")
+        if c.idle_cpu:
+            q = statistics.quantiles(c.idle_cpu, n=10) if len(c.idle_cpu) > 1 else [c.idle_cpu[0]] * 9
+            lines.append(f"{c.shape}: engines waiting their turn used {statistics.median(c.idle_cpu):.2f} CPU cores "
+                         f"(median; 90th percentile {q[-1]:.2f}, max {max(c.idle_cpu):.2f})")
+        if c.idle_gpu:
+            lines.append(f"{c.shape}: GPU utilisation with every engine idle {statistics.median(c.idle_gpu):.0f}% "
+                         f"(median; max {max(c.idle_gpu):.0f}%)")
     return "\n".join(lines)
 
 

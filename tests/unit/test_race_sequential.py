@@ -144,3 +144,19 @@ def test_a_verdict_stands_once_reached() -> None:
     first = sequential_decision(ys, RULE)
     assert first.verdict == "better" and first.n == 3
     assert sequential_decision(logs(1.1, 0.9), RULE).verdict == "undecided"
+
+
+def test_per_workload_verdicts_are_bonferroni_corrected() -> None:
+    from graphmode.profiling.race_rounds import workload_rule
+
+    assert workload_rule(RULE, 1) == RULE
+    assert workload_rule(RULE, 5).confidence == pytest.approx(0.99)
+    t = RoundTable()
+    ratios = [0.95, 0.955, 0.945]  # better at 95%, not at 99% per workload
+    for r, x in enumerate(ratios):
+        for w in ("a", "b", "c", "d", "e"):
+            t.add(DEFAULT_ARM, r * 5 + ord(w), w, {"itl_p50": 1.0})
+        t.add("FULL", r * 5 + ord("a"), "a", {"itl_p50": x})
+    v = arm_verdicts(t, "FULL", ["itl_p50"], RULE, ["a", "b", "c", "d", "e"])
+    assert decide(logs(*ratios), RULE).verdict == "better"
+    assert v.by_workload[("itl_p50", "a")].verdict == "undecided"

@@ -77,7 +77,7 @@ class RaceSettings(BaseModel):
         default=0.05, gt=0, le=1,
         description="replaces --gpu-memory-utilization when a KV share is given (vLLM's start-up free-memory check)",
     )
-    idle_probe_s: float = Field(default=1.0, ge=0, description="GPU utilisation sampled with every engine idle")
+    idle_probe_s: float = Field(default=0.5, ge=0, description="GPU utilisation sampled with every engine idle")
 
 
 class SelectorSettings(BaseModel):

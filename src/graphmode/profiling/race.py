@@ -12,8 +12,12 @@ How
        ``--gpu-memory-utilization`` is replaced by a small value, because vLLM's start-up check of free
        memory against that fraction counts the neighbours' memory (issue 17's probe: "-2.96 GiB").
     2. Rounds: one workload (:mod:`graphmode.profiling.race_design`) on every live engine, one after the
-       other, in an order rotated by one place each round so slow drift hits every position alike. Each
-       cell is a normal dataset row plus race columns (:class:`graphmode.core.records.RaceInfo`).
+       other, in an order shuffled each round (seeded by the race key and the round, so a resume repeats
+       it): drift within a round and the carry-over from whichever engine ran just before hit every arm
+       alike on average. A fixed rotation balances positions but keeps each arm's predecessor, which
+       biased an A/A arm on a fake server. After its cell an engine is left to drop the requests the
+       cell cut before the next engine's cell starts. Each cell is a normal dataset row plus race
+       columns (:class:`graphmode.core.records.RaceInfo`).
     3. After each round, the sequential rule (:mod:`graphmode.profiling.sequential`) per (arm, metric) on
        ``ln(arm / default)``. An arm decided on every metric is stopped (frees the GPU); the default stays.
     4. Stop when every arm is decided, the design has no open workload, or the GPU-minutes (wall time of
@@ -38,6 +42,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import random
 import threading
 import time
 from collections.abc import Sequence
@@ -63,7 +68,7 @@ from graphmode.profiling.race_rounds import (
     arm_verdicts,
     table_from_rows,
 )
-from graphmode.profiling.runner import DEFAULT_VOCAB, ProfileConfig, Profiler, _served_model
+from graphmode.profiling.runner import DEFAULT_VOCAB, ProfileConfig, Profiler, _served_model, _wait_idle
 from graphmode.profiling.sequential import SequentialRule
 from graphmode.vllm_args import without_flags
 
@@ -83,7 +88,7 @@ class RaceConfig:
     stagger_s: float = 0.0
     cell_s: float = 3.0
     warmup_s: float = 2.0
-    idle_probe_s: float = 1.0
+    idle_probe_s: float = 0.5
     separate_caches: bool = True  # each arm its own VLLM_CACHE_ROOT unless the environment sets one
 
 
@@ -354,8 +359,7 @@ class Racer:
             round_ = self.next_round
             self.next_round += 1
             order = [default, *live]
-            k = round_ % len(order)
-            order = order[k:] + order[:k]
+            random.Random(f"{self.key}:{round_}").shuffle(order)
             self.reporter.round_starting(round_, workload, order)
             idle_gpu = self._idle_gpu_util()
             round_t0 = time.time()
@@ -404,6 +408,8 @@ class Racer:
             self._fail(arm, workload, round_, exc.reason(), t0, summary)
             return
         after = [counters(a.server.pid) for a in others if a.server is not None]
+        # the next engine's cell starts once this one has dropped the requests its cell cut
+        _wait_idle(server, self.config.profile.idle_timeout_s)
         loads = [usage(b, a)["engine_cpu_cores"] for b, a in zip(before, after, strict=True)]
         known = [x for x in loads if x is not None]
         record.race = self._info(arm, round_, pos, len(order), round_t0, t0)

@@ -86,11 +86,26 @@ class ArmVerdicts:
 
 def arm_verdicts(table: RoundTable, arm: str, metrics: Sequence[str], rule: SequentialRule,
                  workloads: Iterable[str] | None = None) -> ArmVerdicts:
+    """Pooled verdicts at *rule*, and per-workload ones at a Bonferroni-corrected confidence.
+
+    An arm gets one verdict per workload of the design, so at the pooled confidence a six-workload design
+    would call a difference on some workload of an A/A arm far more often than 5% of the time; each
+    per-workload interval is therefore taken at ``1 - (1 - confidence) / workloads``.
+    """
     names = sorted(set(workloads) if workloads is not None else {w for w, _ in table.cells.values()})
     pooled = {m: sequential_decision([y for _, _, y in table.pairs(arm, m)], rule) for m in metrics}
-    by_workload = {(m, w): sequential_decision([y for _, _, y in table.pairs(arm, m, w)], rule)
+    per = workload_rule(rule, len(names))
+    by_workload = {(m, w): sequential_decision([y for _, _, y in table.pairs(arm, m, w)], per)
                    for m in metrics for w in names}
     return ArmVerdicts(arm, pooled, by_workload)
+
+
+def workload_rule(rule: SequentialRule, workloads: int) -> SequentialRule:
+    """*rule* with its confidence corrected for one verdict per workload (Bonferroni)."""
+    if workloads <= 1:
+        return rule
+    return SequentialRule(delta=rule.delta, confidence=1 - (1 - rule.confidence) / workloads,
+                          min_rounds=rule.min_rounds)
 
 
 def table_from_rows(rows: Iterable[Mapping[str, Any]], metrics: Sequence[str] = RACE_METRICS) -> RoundTable:

@@ -53,7 +53,7 @@ class SequentialRule:
     def __post_init__(self) -> None:
         if not 0 < self.delta < 1:
             raise ValueError(f"delta must be in (0, 1), got {self.delta}")
-        if not 0.5 <= self.confidence < 1:
+        if not 0.5 <= self.confidence < 1:  # per-workload verdicts raise it (race_rounds.workload_rule)
             raise ValueError(f"confidence must be in [0.5, 1), got {self.confidence}")
         if self.min_rounds < 2:
             raise ValueError(f"min_rounds must be at least 2 (a t interval needs two), got {self.min_rounds}")

@@ -200,7 +200,15 @@ def race_decision(
             mode=m, ratio=v.ratio, interval=(v.lo, v.hi) if v.lo is not None and v.hi is not None else None,
             rounds=v.rounds, saves_graph_gib=_saving(base.get("graph_gib"), mc.get("graph_gib")),
             saves_startup_s=_saving(base.get("startup_s"), mc.get("startup_s"))))
+    if worse:
+        notes.append(f"race: never recommended for {metric} (worse than the default by more than δ): "
+                     + ", ".join(worse))
+    if equivalent:
+        notes.append(f"race: equivalent to the default on {metric}: " + "; ".join(
+            f"{e.mode} (saves {_fmt(e.saves_graph_gib, 'GiB of graphs')}, {_fmt(e.saves_startup_s, 's of start-up')})"
+            for e in equivalent))
     if better:
+        notes.append("race: " + better[0].describe())
         return RaceAnswer(mode=better[0].mode, basis="better", metric=metric, region=region, verdict=better[0],
                           equivalent=equivalent, worse=worse, undecided=undecided, notes=notes)
     mode = default_mode
@@ -215,6 +223,10 @@ def race_decision(
     return RaceAnswer(mode=mode, basis=basis, metric=metric, region=region,
                       verdict=chosen.get(mode), equivalent=equivalent, worse=worse, undecided=undecided,
                       notes=notes)
+
+
+def _fmt(v: float | None, unit: str) -> str:
+    return f"{v:g} {unit}" if v is not None else f"? {unit}"
 
 
 def _saving(default: float | None, mine: float | None) -> float | None:

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""The verdict table of raced datasets (``graphmode profile --race``): per model shape, each mode against
+vLLM's default on every raced metric, with the ratio, its interval and the rounds, then what the race cost.
+
+    .venv/bin/python bench/race_table.py models/profiles/race-h200-*.sqlite --markdown --workloads
+
+Verdicts are recomputed from the rows exactly as the selector does (graphmode.selector.verdicts), with
+``--delta``/``--confidence`` (default 3%, 95%). ``CONTROL`` is the A/A arm (a second engine of the default):
+it should read *equivalent*. Runs without scikit-learn (a GPU host's environment is enough).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+try:
+    import graphmode  # noqa: F401
+except ImportError:  # run from a checkout without the package installed
+    sys.path.insert(0, str(BENCH.parent / "src"))
+
+from profile_cost import _shape_name, dataset_costs  # noqa: E402
+
+from graphmode.core.dataset import ProfileStore  # noqa: E402
+from graphmode.profiling.race_rounds import KNOWN_RACE_METRICS, RACE_METRICS  # noqa: E402
+from graphmode.profiling.sequential import SequentialRule  # noqa: E402
+from graphmode.selector.featurize import shape_key, shape_of_row  # noqa: E402
+from graphmode.selector.verdicts import RaceVerdict, race_verdicts  # noqa: E402
+
+
+def cell(v: RaceVerdict | None) -> str:
+    if v is None:
+        return "-"
+    if v.ratio is None:
+        return f"{v.verdict} (n={v.rounds})"
+    ci = f" [{v.lo:.2f}–{v.hi:.2f}]" if v.lo is not None and v.hi is not None else ""
+    return f"{v.verdict} {v.ratio:.3f}×{ci} n={v.rounds}"
+
+
+def table(head: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
+    if markdown:
+        return ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|",
+                *("| " + " | ".join(r) + " |" for r in rows)]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+    return ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in [head, *rows]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("datasets", nargs="+", type=Path)
+    p.add_argument("--markdown", action="store_true")
+    p.add_argument("--workloads", action="store_true", help="also the verdicts per raced workload")
+    p.add_argument("--delta", type=float, default=0.03)
+    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument("--metrics", default=",".join(RACE_METRICS), help=f"of {', '.join(KNOWN_RACE_METRICS)}")
+    args = p.parse_args(argv)
+    metrics = [m for m in args.metrics.split(",") if m]
+    rule = SequentialRule(delta=args.delta, confidence=args.confidence)
+    rows = []
+    for path in args.datasets:
+        with ProfileStore(path, readonly=True) as store:
+            rows += store.rows()
+    names = {shape_key(shape_of_row(r)): _shape_name(r) for r in rows}
+    by_shape: dict[str, list[RaceVerdict]] = defaultdict(list)
+    for v in race_verdicts(rows, rule, metrics):
+        by_shape[v.shape].append(v)
+    costs = {c.shape: c for path in args.datasets for c in dataset_costs(path) if c.kind == "race"}
+    out: list[str] = []
+    for shape, vs in sorted(by_shape.items(), key=lambda kv: names.get(kv[0], kv[0])):
+        name = names.get(shape, shape)
+        c = costs.get(name)
+        cost = (f": {c.gpu_s / 60:.1f} GPU-min, {c.rounds} rounds, {c.cells} cells, {c.starts} engine starts"
+                if c else "")
+        out += ["", f"{'### ' if args.markdown else ''}{name}{cost}", ""]
+        pooled = {(v.mode, v.metric): v for v in vs if v.workload is None}
+        modes = sorted({m for m, _ in pooled}, key=lambda m: (m == "CONTROL", m))
+        out += table(["mode", *metrics], [[m, *(cell(pooled.get((m, k))) for k in metrics)] for m in modes],
+                     args.markdown)
+        if args.workloads:
+            per = {(v.mode, v.metric, v.workload): v for v in vs if v.workload is not None}
+            loads = sorted({w for _, _, w in per if w})
+            for k in metrics:
+                out += ["", f"{k} per workload:", ""]
+                out += table(["mode", *loads], [[m, *(cell(per.get((m, k, w))) for w in loads)] for m in modes],
+                             args.markdown)
+    print("\n".join(out).lstrip("\n") or "no race rows in these datasets")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
