@@ -156,8 +156,8 @@ def test_kv_bytes_per_token_matches_the_measured_kv_cache() -> None:
 
 
 def test_costs_from_the_bundled_dataset_pick_the_shape() -> None:
-    dataset = next((ROOT / "models").glob("nvidia-h200-*/dataset.sqlite"))
-    small, big = costs_from_dataset(dataset, num_params_b=1.2), costs_from_dataset(dataset, num_params_b=8.0)
+    datasets = sorted((ROOT / "models" / "profiles").glob("*h200-*.sqlite"))  # the bundled model's sources
+    small, big = costs_from_dataset(*datasets, num_params_b=1.2), costs_from_dataset(*datasets, num_params_b=8.0)
     assert small.n_starts > 0 and big.n_starts > 0
     assert big.gib_per_graph > small.gib_per_graph  # 0.68 vs 0.27 GiB for 51 FULL graphs
 

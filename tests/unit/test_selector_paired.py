@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import sqlite3
 from pathlib import Path
@@ -123,16 +124,24 @@ def test_the_recommendation_names_a_paired_win_that_the_tie_rule_hides() -> None
     key = shape_key(qwen._shape or {})
     desc = {"rate": 8, "input_tokens": 512, "output_tokens": 128}
     wins = [v for v in rec.card.paired if v.shape == key and v.metric == "ttft_p50" and v.verdict == "lower"]
-    ans = qwen.recommend(desc, "ttft_p50")
+    # the shipped H200 data: FULL's TTFT lower than the default's in both paired Qwen campaign rounds
+    assert [v.mode for v in wins] == ["FULL"]
+    # Without race verdicts the unpaired tie rule keeps the default and the answer names the paired win.
+    no_race = copy.copy(qwen)  # for_shape caches its recommenders: change a copy only
+    no_race.card = qwen.card.model_copy(update={"race": []})
+    ans = no_race.recommend(desc, "ttft_p50")
     notes = [n for n in ans.notes if n.startswith("paired inside rounds")]
-    # the shipped H200 data: FULL's TTFT lower than the default's in both paired Qwen rounds, and the
-    # unpaired tie rule keeps the default
-    assert [v.mode for v in wins] == ["FULL"] and ans.mode == rec.default_mode
-    assert len(notes) == len(wins)
+    assert ans.mode == rec.default_mode and len(notes) == len(wins)
     for v, note in zip(wins, notes, strict=True):
         assert v.describe() in note and f"--modes {v.mode},{rec.default_mode}" in note
     # no verdict on this metric for this shape: no note
-    assert not [n for n in qwen.recommend(desc, "ttft_p99").notes if n.startswith("paired")]
+    assert not [n for n in no_race.recommend(desc, "ttft_p99").notes if n.startswith("paired")]
+    # With the race (one start per arm, FULL 0.77x): the paired rounds corroborate it, so FULL is the
+    # answer, and the notes that argued for the tie rule are gone.
+    ans = qwen.recommend(desc, "ttft_p50")
+    assert ans.mode == "FULL" and ans.race is not None and ans.race.basis == "better"
+    assert any("paired campaign rounds" in n and "agree" in n for n in ans.notes)
+    assert not [n for n in ans.notes if "would settle it" in n or "within noise" in n]
 
 
 def test_a_chosen_mode_that_lost_inside_rounds_is_named() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +39,18 @@ def _leaves(cls: type[BaseModel], prefix: str = "GRAPHMODE_") -> dict[str, tuple
 
 def _value_for(type_text: str) -> tuple[str, Any]:
     """An env value of that type that differs from every default, and what the setting should then hold."""
+    if type_text.startswith("JSON list of int"):
+        return "[8001]", [8001]
     if type_text.startswith("JSON list"):
         return '["10.0.0.0/8"]', ["10.0.0.0/8"]
     if type_text.startswith("secret"):
         return "s3cret", "s3cret"
     if type_text.startswith("int"):
-        return "7", 7
+        floor = max([0, *(int(float(x)) for x in re.findall(r"[≥>] ?(-?[\d.]+)", type_text))])
+        return str(floor + 7), floor + 7  # above any lower bound (e.g. a header limit of ≥ 1024)
     if type_text.startswith("float"):
-        return "7.25", 7.25
+        bounded = "< 1" in type_text or "≤ 1" in type_text or "≤ 1)" in type_text  # a fraction (delta, levels)
+        return ("0.75", 0.75) if bounded else ("7.25", 7.25)
     if type_text.startswith("path"):
         return "/srv/gm-doc-test", Path("/srv/gm-doc-test")
     return "doc-test-value", "doc-test-value"

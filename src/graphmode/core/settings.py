@@ -62,13 +62,13 @@ class ProfileSettings(BaseModel):
 class RaceSettings(BaseModel):
     """``graphmode profile --race`` (graphmode.profiling.race): resident engines measured in paired rounds."""
 
-    grid: Path = RACE_GRID
+    grid: Path = Field(default=RACE_GRID, description="The race design: workloads cycled through in rounds.")
     delta: float = Field(default=0.03, gt=0, lt=1, description="margin of worse/better/equivalent, relative")
-    confidence: float = Field(default=0.95, ge=0.5, lt=1)
-    min_rounds: int = Field(default=3, ge=2)
+    confidence: float = Field(default=0.95, ge=0.5, lt=1, description="Two-sided level of the t interval.")
+    min_rounds: int = Field(default=3, ge=2, description="Paired rounds before any verdict.")
     budget_min: float = Field(default=10.0, gt=0, description="GPU-minutes, engine starts included")
-    max_rounds: int = Field(default=200, ge=1)
-    metrics: list[str] = Field(default_factory=lambda: ["itl_p50", "ttft_p50"])
+    max_rounds: int = Field(default=200, ge=1, description="Stop after this many rounds in all.")
+    metrics: list[str] = Field(default_factory=lambda: ["itl_p50", "ttft_p50"], description="Metrics decided per mode.")
     cell_s: float = Field(default=3.0, gt=0, le=600, description="measured window of one cell")
     warmup_s: float = Field(default=2.0, ge=0, le=600, description="most warm-up before a cell's window")
     stagger_s: float = Field(default=0.0, ge=0, le=600, description="delay between overlapped engine starts")

@@ -318,7 +318,10 @@ def build_training_set(
     starts: dict[tuple[str, str, str], Mapping[str, Any]] = {}
     for r in usable:
         skey = shape_key(shape_of_row(r))
-        if skey in shapes:
+        # Race engines start side by side: vLLM's graph memory is a device-wide free-memory difference
+        # and start-up shares the host, so an overlapped start measures its neighbours too (the H200
+        # race of 2026-12-01 logged 19.7 GiB of "graphs" for a 0.5B default whose lone starts took 0.33).
+        if skey in shapes and not r.get("race_id"):
             starts.setdefault((skey, parse_mode(str(r["mode"])).value, str(r.get("run_id"))), r)
     constants = []
     for c in CONSTANT_METRICS:

@@ -481,27 +481,30 @@ def kv_bytes_per_token(config: Mapping[str, Any], dtype_bytes: int = 2) -> float
     return float(2 * layers * kv_heads * head_dim * dtype_bytes)
 
 
-def costs_from_dataset(path: Any, *, model_config_hash: str | None = None,
+def costs_from_dataset(*paths: Any, model_config_hash: str | None = None,
                        num_params_b: float | None = None) -> CaptureCosts:
-    """:class:`CaptureCosts` from the engine starts in a profile dataset, for one model shape.
+    """:class:`CaptureCosts` from the engine starts in profile datasets (a model's sources), for one shape.
 
     Rows of the shape with ``model_config_hash`` when given and present; else of the shape nearest in
-    parameters; else all rows. Each engine start counts once (its cells share its start-up log). Cached
-    per file version: the service answers many requests from one model folder.
+    parameters; else all rows. Each engine start counts once (its cells share its start-up log); race
+    starts do not count at all, since engines started side by side measure their neighbours' memory.
+    Cached per file version: the service answers many requests from one model folder.
     """
     import os
 
-    stat = os.stat(path)
-    return _costs_cached(str(path), stat.st_mtime_ns, stat.st_size, model_config_hash, num_params_b)
+    versions = tuple((str(p), os.stat(p).st_mtime_ns, os.stat(p).st_size) for p in paths)
+    return _costs_cached(versions, model_config_hash, num_params_b)
 
 
 @functools.lru_cache(maxsize=32)
-def _costs_cached(path: str, _mtime_ns: int, _size: int, model_config_hash: str | None,
+def _costs_cached(versions: tuple[tuple[str, int, int], ...], model_config_hash: str | None,
                   num_params_b: float | None) -> CaptureCosts:
     from graphmode.core.dataset import ProfileStore
 
-    with ProfileStore(path, readonly=True) as store:
-        rows = store.rows(status="ok")
+    rows: list[dict[str, Any]] = []
+    for path, _mtime_ns, _size in versions:
+        with ProfileStore(path, readonly=True) as store:
+            rows += [r for r in store.rows(status="ok") if not r.get("race_id")]
     if not rows:
         return CaptureCosts()
     shapes = {r.get("fp_model_config_hash") for r in rows}

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphmode.core.errors import DatasetError
+from graphmode.core.errors import DatasetError, ModelError
 from graphmode.core.fingerprint import shape_of_config
 from graphmode.core.records import StepSizes
 from graphmode.selector.capture import (
@@ -59,12 +59,15 @@ def complete(rec: Recommendation, *, step_sizes: StepSizes | None = None, vllm_a
         mode = new
     capture: CaptureAnswer | None = None
     if step_sizes is not None and mode != "NONE":
-        if costs is None and model_folder is not None and (model_folder / "dataset.sqlite").is_file():
+        if costs is None and model_folder is not None:
             shape = shape_of_config(dict(served_config)) if served_config else {}
             try:
-                costs = costs_from_dataset(model_folder / "dataset.sqlite", model_config_hash=shape.get(
-                    "model_config_hash"), num_params_b=shape.get("num_params_b"))
-            except (DatasetError, OSError) as exc:
+                from graphmode.selector.card import ModelCard
+
+                paths = [src.resolve(model_folder) for src in ModelCard.load(model_folder).dataset.sources]
+                costs = costs_from_dataset(*paths, model_config_hash=shape.get("model_config_hash"),
+                                           num_params_b=shape.get("num_params_b"))
+            except (DatasetError, ModelError, OSError) as exc:
                 notes.append(f"capture costs unavailable ({exc}): sizes chosen without predicted seconds or GiB")
         kv = kv_bytes_per_token(served_config) if served_config else None
         capture = choose_capture_sizes(

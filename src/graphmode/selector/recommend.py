@@ -295,6 +295,13 @@ class Recommender:
         self._const_cache[key] = rows
         return rows
 
+    def _paired_better(self, metric: str) -> list[str]:
+        """Modes that every paired campaign round on this shape put on the better side of the default."""
+        if not self._shape or not self._paired:
+            return []
+        better = "lower" if METRICS[metric].direction == "min" else "higher"
+        return [v.mode for v in self._paired.get((shape_key(self._shape), metric), []) if v.verdict == better]
+
     def _paired_notes(self, metric: str, best: str) -> list[str]:
         """What the rounds measured on one host say against this answer (graphmode.selector.paired)."""
         if not self._shape or not self._paired:
@@ -403,9 +410,13 @@ class Recommender:
             self.card.race, shape_key(self._shape) if self._shape else "", obj.metric, feats, ranking.order,
             table, weighted=bool(obj.memory_weight or obj.startup_weight),
             allowed=[m for m, s in ranking.scores.items() if s is not None and s.status != "violates"],
-            default_mode=self.default_mode,
+            default_mode=self.default_mode, corroborated=self._paired_better(obj.metric),
         ) if self.card.race else None
         if race is not None and race.mode in ranking.scores:
+            if race.basis != "default" or best != self.default_mode:
+                # the verdicts overrule the tie rule: its "within noise" and the paired "would settle it"
+                # notes argued about the evidence the race has now weighed
+                notes = [n for n in notes if "within noise of the default" not in n and "would settle it" not in n]
             best = race.mode
             notes += race.notes
         if self.card.synthetic:

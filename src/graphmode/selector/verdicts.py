@@ -20,6 +20,14 @@ the settings' race group) gives, per (shape, mode, metric):
 A region verdict overrides the pooled one where the pooled verdict is open and the request's nearest raced
 workload has a decided verdict (the effect depends on the workload). Without race rows for the shape and
 metric the decision is None and the unpaired tie rule stands.
+
+One engine start per arm is not enough for "better". Pairing inside a round cancels the host's drift but
+not the engine start: the A/A arm of the first H200 races (two starts of the default, 2026-12-01) put one
+start at 0.90× the other on the Qwen2.5-0.5B shape's ITL (95% interval 0.82–0.99, 12 rounds). So a
+"better" verdict whose rounds saw a single start of the mode or of the default is acted on only when an
+independent comparison agrees: a paired campaign verdict (:mod:`graphmode.selector.paired`, other starts on
+other hosts) on the same side. Otherwise the answer keeps the default and says why. "Worse" needs no such
+guard: it only keeps a mode out.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ class RaceVerdict(BaseModel):
     confidence: float
     why: str = ""
     features: dict[str, float] = Field(default_factory=dict, description="region: the default's observed features")
+    starts: int = Field(1, ge=1, description="engine starts behind the rounds (the fewer of mode and default)")
 
     def describe(self) -> str:
         where = f" on {self.workload}" if self.workload else ""
@@ -83,8 +92,10 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = Sequ
                                                      for r in shape_rows}))}
         table = RoundTable()
         feats: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        starts: dict[str, set[str]] = defaultdict(set)
         for r in shape_rows:
             arm = str(r["race_arm"])
+            starts[arm].add(f"{r.get('race_id')}/{r.get('race_start_id')}")
             table.add(arm, index[(str(r.get("race_id")), int(r["race_round"]))], str(r["workload"]),
                       {m: r.get(m) for m in metrics})
             if arm == DEFAULT_ARM:
@@ -96,20 +107,21 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = Sequ
             if arm == DEFAULT_ARM:
                 continue
             v = arm_verdicts(table, arm, metrics, rule)
+            n_starts = max(1, min(len(starts[arm]), len(starts[DEFAULT_ARM])))
             for metric, d in v.pooled.items():
-                out.append(_verdict(shape, arm, metric, None, d, rule, {}))
+                out.append(_verdict(shape, arm, metric, None, d, rule, {}, n_starts))
             for (metric, workload), d in sorted(v.by_workload.items()):
                 if d.n:
                     region = {f: float(sum(xs) / len(xs)) for f, xs in feats[workload].items() if xs}
-                    out.append(_verdict(shape, arm, metric, workload, d, rule, region))
+                    out.append(_verdict(shape, arm, metric, workload, d, rule, region, n_starts))
     return out
 
 
 def _verdict(shape: str, arm: str, metric: str, workload: str | None, d: Any, rule: SequentialRule,
-             features: dict[str, float]) -> RaceVerdict:
+             features: dict[str, float], starts: int) -> RaceVerdict:
     return RaceVerdict(shape=shape, mode=arm, metric=metric, workload=workload, verdict=d.verdict, rounds=d.n,
                        ratio=d.ratio, lo=d.lo, hi=d.hi, delta=rule.delta, confidence=rule.confidence, why=d.why,
-                       features=features)
+                       features=features, starts=starts)
 
 
 class EquivalentMode(BaseModel):
@@ -159,12 +171,15 @@ def race_decision(
     weighted: bool,
     allowed: Iterable[str] | None = None,
     default_mode: str = DEFAULT_MODE.value,
+    corroborated: Iterable[str] = (),
 ) -> RaceAnswer | None:
     """The race's answer for (*shape*, *metric*) and a request's *features*; None without race verdicts.
 
     *order* is the regressors' ranking (best first) under the objective, *constants* the predicted
     ``graph_gib``/``startup_s`` per mode, *weighted* whether the objective charges memory or start-up, and
-    *allowed* the modes that meet the objective's constraints (None: all).
+    *allowed* the modes that meet the objective's constraints (None: all), and *corroborated* the modes
+    that an independent paired comparison (other engine starts) puts on the better side of the default
+    for this shape and metric: a "better" verdict from one start per arm needs that to be acted on.
     """
     mine = [v for v in verdicts if v.shape == shape and v.metric == metric and v.mode != CONTROL_ARM]
     pooled = {v.mode: v for v in mine if v.workload is None}
@@ -186,8 +201,19 @@ def race_decision(
                     notes.append(f"pooled verdict open for {v.mode}; on the nearest raced workload: {v.describe()}")
     if not any(v.workload == region for v in chosen.values()):
         region = None
-    better = sorted((v for v in chosen.values() if v.verdict == "better" and (ok is None or v.mode in ok)),
-                    key=lambda v: (v.ratio or 1.0))
+    backed = set(corroborated)
+    better = []
+    for v in sorted(chosen.values(), key=lambda v: (v.ratio or 1.0)):
+        if v.verdict != "better" or (ok is not None and v.mode not in ok):
+            continue
+        if v.starts >= 2 or v.mode in backed:
+            better.append(v)
+            continue
+        aa = next((a for a in verdicts if a.shape == shape and a.metric == metric and a.mode == CONTROL_ARM
+                   and a.workload is None and a.ratio is not None), None)
+        spread = f"; this shape's A/A arm put two starts of the default {aa.ratio:.2f}× apart" if aa else ""
+        notes.append(f"race: {v.describe()}, but from one engine start each and no other paired comparison "
+                     f"agrees{spread}: not acted on until a second start does")
     worse = sorted(m for m, v in chosen.items() if v.verdict == "worse")
     undecided = sorted(m for m, v in chosen.items() if v.verdict == "undecided")
     base = constants.get(default_mode, {})
@@ -208,7 +234,9 @@ def race_decision(
             f"{e.mode} (saves {_fmt(e.saves_graph_gib, 'GiB of graphs')}, {_fmt(e.saves_startup_s, 's of start-up')})"
             for e in equivalent))
     if better:
-        notes.append("race: " + better[0].describe())
+        agree = ("; one engine start each, and the paired campaign rounds (other starts, other hosts) agree"
+                 if better[0].starts < 2 else f"; {better[0].starts} engine starts each")
+        notes.append("race: " + better[0].describe() + agree)
         return RaceAnswer(mode=better[0].mode, basis="better", metric=metric, region=region, verdict=better[0],
                           equivalent=equivalent, worse=worse, undecided=undecided, notes=notes)
     mode = default_mode
