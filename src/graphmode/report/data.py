@@ -739,4 +739,4 @@ def pareto(data: ReportData, metrics: Sequence[str] = PARETO_METRICS) -> list[Pa
 
 def coalesced_rule() -> str:
     return (f"ITL ignored where ITL p50 < {ITL_COALESCED_RATIO:g} × TPOT p50 (the client read coalesced chunks; "
-            "the selector does the same, aggregate.py metric_value; NOTES.md “ITL under overload”)")
+            "the selector does the same, aggregate.py metric_value; docs/method.md “ITL under overload”)")

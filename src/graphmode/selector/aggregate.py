@@ -150,7 +150,7 @@ def finite_number(v: Any) -> float | None:
 
 
 # Below this ratio of ITL p50 to TPOT p50 the client read coalesced chunks (the API server or client fell
-# behind), so the pooled per-token gaps say nothing about the engine: see NOTES.md, "ITL under overload".
+# behind), so the pooled per-token gaps say nothing about the engine: see docs/method.md, "ITL under overload".
 ITL_COALESCED_RATIO = 0.5
 
 

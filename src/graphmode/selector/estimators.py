@@ -222,7 +222,7 @@ def _knn_one(
     the outputs with no holes, and a per-output pick of the nearest finite rows only where there are.
 
     The per-request path calls it up to 30 times per workload description (the e2e fixed point), so the
-    generic (q, n, K) version's 100 µs was most of a recommendation (NOTES.md, "Service")."""
+    generic (q, n, K) version's 100 µs was most of a recommendation (docs/design.md, service speed)."""
     kk = max(k, 1)
     finite = np.isfinite(Yt)
     dense = finite.all(axis=0)

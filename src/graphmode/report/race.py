@@ -1,0 +1,97 @@
+"""The report's race section: each mode against vLLM's default as the races decided it, per model shape.
+
+The verdicts are the model card's (``card.race``, :mod:`graphmode.selector.verdicts`): the ones the
+recommender acts on. Pooled verdicts only; the A/A arm (a second engine start of the default) is listed
+last, since its ratio is the engine-start effect every one-start verdict carries.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from graphmode.selector.card import ModelCard
+from graphmode.selector.verdicts import RaceVerdict
+
+CONTROL = "CONTROL"
+
+
+def shape_names(card: ModelCard) -> dict[str, str]:
+    out = {}
+    for s in card.shapes:
+        arch, params = s.get("model_architecture") or "?", s.get("num_params_b")
+        name = f"{arch} {params:.2f}B" if isinstance(params, int | float) else str(arch)
+        out[str(s.get("model_config_hash"))] = name
+    return out
+
+
+def cell(v: RaceVerdict | None) -> str:
+    if v is None:
+        return "–"
+    if v.ratio is None:
+        return f"{v.verdict} (n={v.rounds})"
+    ci = f" [{v.lo:.2f}–{v.hi:.2f}]" if v.lo is not None and v.hi is not None else ""
+    return f"{v.verdict} {v.ratio:.3f}×{ci} n={v.rounds}"
+
+
+def tables(card: ModelCard) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(shape name, header, rows) per raced shape: mode, one cell per metric, engine starts."""
+    pooled: dict[str, list[RaceVerdict]] = defaultdict(list)
+    for v in card.race:
+        if v.workload is None:
+            pooled[v.shape].append(v)
+    names = shape_names(card)
+    out = []
+    for shape, vs in sorted(pooled.items(), key=lambda kv: names.get(kv[0], kv[0])):
+        metrics = sorted({v.metric for v in vs})
+        by = {(v.mode, v.metric): v for v in vs}
+        modes = sorted({v.mode for v in vs}, key=lambda m: (m == CONTROL, m))
+        rows = [[("A/A: 2nd start of the default" if m == CONTROL else m),
+                 *(cell(by.get((m, k))) for k in metrics),
+                 str(min(v.starts for v in vs if v.mode == m))] for m in modes]
+        out.append((names.get(shape, shape), ["mode", *metrics, "starts"], rows))
+    return out
+
+
+def markdown(card: ModelCard) -> list[str]:
+    if not card.race:
+        return []
+    lines = ["", "## Races: each mode against vLLM's default (ratio, 95% interval, rounds)", ""]
+    for name, head, rows in tables(card):
+        lines += [f"**{name}**", "", _md_row(head), _md_row(["---"] * len(head)), *(_md_row(r) for r in rows), ""]
+    return lines[:-1]
+
+
+def section(card: ModelCard | None) -> str:
+    if card is None or not card.race:
+        return ""
+    parts = ["<section id='race'><h3>Races <span class='muted' style='font-weight:400'>— each mode against "
+             "vLLM's default in paired rounds on resident engines: geometric-mean ratio, 95% t interval, rounds "
+             "(the model card's verdicts, the ones recommendations act on)</span></h3>"]
+    for name, head, rows in tables(card):
+        parts.append(f"<h4>{html.escape(name)}</h4>" + _html_table(head, rows))
+    parts.append("<p class='note'>A \"better\" from one engine start per arm is acted on only where paired "
+                 "campaign rounds agree: the A/A row is how far two starts of one mode sat apart.</p></section>")
+    return "".join(parts)
+
+
+def insert_section(page: str, card: ModelCard | None) -> str:
+    sec = section(card)
+    if not sec:
+        return page
+    for anchor in ("<section id='capture'", "<footer", "</main>"):
+        at = page.rfind(anchor)
+        if at >= 0:
+            return page[:at] + sec + page[at:]
+    return page + sec
+
+
+def _md_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _html_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
