@@ -2,7 +2,7 @@
 """Where a measurement campaign stands: GPU time per slice, between-start noise, per-mode medians.
 
 Reads profile datasets (``graphmode profile`` SQLite files, one per model shape) and prints three tables,
-the ones docs/results/h200-vllm0.24.md keeps:
+the ones docs/results keeps:
 
 1. slices: per shape, profile run and repeat, the engine starts, their start-up seconds (from the
    Popen to /health), the cells' wall seconds and the seconds per cell;
@@ -157,7 +157,7 @@ def medians(shape: str, rows: list[dict[str, Any]]) -> list[list[object]]:
 def paired_rounds_of(shape: str, rows: list[dict[str, Any]], default: str = "FULL_AND_PIECEWISE") -> list[PairedRound]:
     """Each mode against the default inside one round on one GPU (same repeat, same host and lease).
 
-    Starts on different hosts are not exchangeable (docs/results/h200-vllm0.24.md, "Noise"), so a ratio taken inside a round
+    Starts on different hosts are not exchangeable (docs/results), so a ratio taken inside a round
     is free of the host effect that the spread across starts (``noise``) includes. One round per mode,
     repeat and GPU: the median over the workloads both modes measured of mode / default. Rows from
     before the gpu_uuid column use their profile run (one lease, one GPU) as the block.

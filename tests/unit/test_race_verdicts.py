@@ -10,6 +10,7 @@ import pytest
 from graphmode.core.modes import DEFAULT_MODE
 from graphmode.core.settings import DEFAULT_GRID
 from graphmode.profiling.grid import load_grid
+from graphmode.profiling.race_rounds import CONTROL_ARM
 from graphmode.profiling.sequential import SequentialRule
 from graphmode.selector.featurize import shape_key
 from graphmode.selector.objective import make_objective
@@ -57,10 +58,11 @@ def test_pooled_and_region_verdicts_from_rows() -> None:
     assert "over 3 paired rounds" in pooled[("NONE", "itl_p50")].describe()
 
 
-def _v(mode: str, verdict: str, ratio: float, workload: str | None = None, **feats: float) -> RaceVerdict:
+def _v(mode: str, verdict: str, ratio: float, workload: str | None = None, starts: int = 2,
+       **feats: float) -> RaceVerdict:
     return RaceVerdict(shape="s", mode=mode, metric="itl_p50", workload=workload, verdict=verdict,  # type: ignore[arg-type]
                        rounds=5, ratio=ratio, lo=ratio * 0.98, hi=ratio * 1.02, delta=0.03, confidence=0.95,
-                       features=dict(feats))
+                       features=dict(feats), starts=starts)
 
 
 CONSTS = {D: {"graph_gib": 0.6, "startup_s": 80.0}, "FULL": {"graph_gib": 0.4, "startup_s": 70.0},
@@ -90,6 +92,22 @@ def test_decision_rules() -> None:
     assert blocked is not None and blocked.mode == D
     assert race_decision([_v("FULL", "better", 0.9)], "other-shape", "itl_p50", {}, ORDER, CONSTS,
                          weighted=False) is None
+
+
+def test_a_better_from_one_start_each_needs_a_corroborating_comparison() -> None:
+    one = [_v("FULL", "better", 0.8, starts=1), _v(CONTROL_ARM, "undecided", 0.9, starts=1)]
+    alone = race_decision(one, "s", "itl_p50", {}, ORDER, CONSTS, weighted=False)
+    assert alone is not None and alone.mode == D and alone.basis == "default"
+    assert any("one engine start each" in n and "0.90× apart" in n for n in alone.notes)
+    backed = race_decision(one, "s", "itl_p50", {}, ORDER, CONSTS, weighted=False, corroborated=["FULL"])
+    assert backed is not None and backed.mode == "FULL" and backed.basis == "better"
+    assert any("paired campaign rounds" in n for n in backed.notes)
+    # rows of one race with one start per arm give starts=1; a second start of every arm gives 2
+    rows = race_rows({"FULL": {"low": [0.8, 0.81, 0.79]}})
+    assert {v.starts for v in race_verdicts(rows)} == {1}
+    for r in rows:
+        r["race_start_id"] = "a" if int(str(r["race_round"])) < 2 else "b"
+    assert {v.starts for v in race_verdicts(rows)} == {2}
 
 
 def test_region_verdict_applies_where_the_pooled_one_is_open() -> None:

@@ -2,7 +2,7 @@
 
 The H200 campaign found that the same mode measured in two engine starts can differ by 15–40% on the
 small shapes, where each 1.5–2 ms step is bound by vLLM's Python scheduler, while the 8B shape with CUDA
-graphs (a GPU-bound step) repeated within 1% (docs/results/h200-vllm0.24.md, "Noise"). NUMA placement was ruled out (the lent
+graphs (a GPU-bound step) repeated within 1% (docs/results). NUMA placement was ruled out (the lent
 hosts have one node). What is left is the CPU: a slower core, a noisy neighbour taking time from the VM
 (steal), or contention with the other GPU's chain. These counters separate them:
 

@@ -1,7 +1,7 @@
 """Where vLLM's processes ran, read from /proc and /sys: their CPUs, those CPUs' NUMA nodes, the GPU's node.
 
 Small models on a fast GPU are bound by the CPU side of each step (1.5–2 ms), and the same mode measured in
-two engine starts differed by 15–20% (docs/results/h200-vllm0.24.md, "Noise"). One suspect is placement: an engine core that
+two engine starts differed by 15–20% (docs/results). One suspect is placement: an engine core that
 the kernel put on the NUMA node away from its GPU. Recording it per cell lets the data say. Linux only;
 anything unreadable gives None, never an error, because this is a diagnostic, not a measurement.
 """

@@ -1,7 +1,7 @@
 """A race: the candidate modes' vLLM engines resident side by side on one GPU, measured in paired rounds.
 
 Why
-    Between two starts of one mode, latency moved by 10–28% on the small shapes (docs/results/h200-vllm0.24.md, "Noise"), more
+    Between two starts of one mode, latency moved by 10–28% on the small shapes (docs/results), more
     than the modes differ, so a grid that starts each mode once per repeat needs many repeats. Engines that
     stay up side by side and take turns on the same workload see the same host state within seconds: the
     ratio mode / default inside a round cancels most of it.

@@ -168,7 +168,7 @@ class Profiler:
         summary.skipped = self.config.planned_cells - sum(len(v) for v in plan.values())
         torch_version = torch_version_of(self.config.command) if any(plan.values()) else None
         # The engine start is the unit of replication (between-start noise dominates within-start noise,
-        # docs/results/h200-vllm0.24.md), so each repeat gets its own start of every mode, and the modes take turns per round.
+        # docs/results), so each repeat gets its own start of every mode, and the modes take turns per round.
         for repeat in sorted({r for cells in plan.values() for _, r in cells}):
             for mode, cells in plan.items():
                 round_cells = [(w, r) for w, r in cells if r == repeat]

@@ -1,7 +1,7 @@
 """Paired comparisons: each mode against vLLM's default inside one round, measured on one GPU.
 
 Engine starts on different hosts are not exchangeable: a host that runs vLLM's Python 30% slower moves
-every mode of its starts (docs/results/h200-vllm0.24.md, "Noise"). The selector's tie rule takes the spread over all starts,
+every mode of its starts (docs/results). The selector's tie rule takes the spread over all starts,
 hosts included, so it is conservative: it keeps the default wherever hosts differ more than modes do. A
 ratio taken inside a round (one repeat of every mode) on one GPU cancels the host; whether that ratio
 falls on the same side in every round is the evidence this module computes. It is reported (the report's

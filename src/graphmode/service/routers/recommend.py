@@ -2,7 +2,7 @@
 
 The endpoint is ``async def`` and calls the in-process recommender directly on the event loop (~0.1–0.4 ms
 of CPU): measured faster than a plain ``def`` endpoint, which FastAPI would run in its threadpool
-(docs/operations.md, "The service: graphmode serve"). Only the ``server_url`` input blocks (it scrapes a server for ``window_s``), so
+(docs/operations.md). Only the ``server_url`` input blocks (it scrapes a server for ``window_s``), so
 that runs in a worker thread, in one of :data:`MAX_CONCURRENT_SCRAPES` slots: when every slot is taken the
 request is answered 429 with ``Retry-After`` at once, never queued. Without the bearer token ``window_s``
 may not exceed ``settings.service.open_max_window_s``, so nobody holds the slots for long unannounced.
