@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from graphmode.core.deployment import DeploymentConfig
 from graphmode.core.errors import ModelError, ObjectiveError, StaleModelError
 from graphmode.core.modes import compilation_config, parse_mode
 from graphmode.core.records import Fingerprint, ObservedFeatures
@@ -150,6 +151,7 @@ class Recommender:
         self._train_z = self.spec.standardize(model.train_x) if model.train_x.size else model.train_x
         self._const_cache: dict[str, list[dict[str, float | None]]] = {}
         self._shape_warning: str | None = None
+        self._deployment_warning: str | None = None
         self._by_shape: dict[str, Recommender] = {}
         self._paired: dict[tuple[str, str], list[PairedVerdict]] = defaultdict(list)
         for v in card.paired:
@@ -248,6 +250,28 @@ class Recommender:
             self._by_shape.pop(next(iter(self._by_shape)))
         self._by_shape[key] = other
         return other
+
+    def for_deployment(self, deployment: DeploymentConfig) -> Recommender:
+        """This model answering for a deployment with ``deployment``'s configuration (TP size, attention
+        backend, quantization, speculative decoding, max_num_seqs; :mod:`graphmode.core.deployment`).
+
+        The configuration joins the target shape (its key picks that configuration's constants and race
+        verdicts, its fields the configuration features), and every answer warns when no trained
+        configuration is like it (:func:`graphmode.selector.deployments.deployment_warning`).
+        """
+        from graphmode.selector.deployments import deployment_shape, deployment_warning, trained_configurations
+
+        trained = trained_configurations(self.card, self.folder)
+        other = copy.copy(self)
+        other._shape = deployment_shape(self._shape, deployment, trained)
+        other._deployment_warning = deployment_warning(other._shape, trained)
+        other._const_rows = other._constants_for(other._shape)
+        return other
+
+    @property
+    def deployment_warning(self) -> str | None:
+        """Why the deployment given to :meth:`for_deployment` is unlike the trained ones (None: it is not)."""
+        return self._deployment_warning
 
     def _check_shape(self, shape: Mapping[str, Any]) -> None:
         known = {shape_key(s) for s in self.card.shapes}
@@ -404,6 +428,8 @@ class Recommender:
             warnings.append("the model cannot check " + ", ".join(sorted(missing)))
         if self._shape_warning:
             warnings.append(self._shape_warning)
+        if self._deployment_warning:
+            warnings.append(self._deployment_warning)
         notes += self._paired_notes(obj.metric, best)
         # Race verdicts (paired rounds) decide where they exist; the tie rule above stands without them.
         race = race_decision(
@@ -529,6 +555,8 @@ class Recommender:
             medium.append(f"between profiled workloads ({ratio:.1f}× the usual spacing)")
         if self._shape_warning and "unlike" in self._shape_warning:
             low.append("model shape unlike the trained ones")
+        if self._deployment_warning:
+            low.append("deployment configuration unlike the trained ones")
         if self.match.kind == "nearest":
             medium.append("the model's fingerprint is not the target's")
         if not constraints_met:
