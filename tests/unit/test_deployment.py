@@ -297,3 +297,13 @@ def test_launch_passes_the_configuration_through_and_says_it_is_unprofiled(tmp_p
     r = runner.invoke(app, ["launch", "--dry-run", "--models-dir", str(MODELS), "--state-dir", str(tmp_path),
                             "--vllm-cmd", "vllm serve", "--", "/m", "-tp", "2"])  # static choice: card only
     assert r.exit_code == 0 and "this deployment: TP=2" in " ".join(r.stderr.split())
+
+
+def test_every_real_h200_log_names_the_backend_vllm_resolved() -> None:
+    logs = sorted(H200_LOGS.glob("*.log"))
+    assert len(logs) == 15
+    for log in logs:
+        dep = DeploymentConfig.from_vllm_args([], startup=parse_startup_log_file(log))
+        assert (dep.attention_backend, dep.attention_backend_source) == ("FLASH_ATTN", "log"), log.name
+    older = StartupInfo(attention_backend="AttentionBackendEnum.FLASHINFER")
+    assert DeploymentConfig.from_vllm_args([], startup=older).attention_backend == "FLASHINFER"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -257,7 +258,26 @@ def _json_list(raw: Any) -> list[Any] | None:
     return value if isinstance(value, list) else None
 
 
+_ROW_COLUMNS: tuple[str, ...] = (
+    *("dep_" + name for name in DeploymentConfig.model_fields),
+    "fp_vllm_args", "fp_num_params_b", "fp_model_config_hash", "attention_backend", "non_default_args",
+)
+
+
 def deployment_of_row(row: Mapping[str, Any]) -> DeploymentConfig:
+    """A copy of :func:`_deployment_of_row`'s answer; rows of one engine start share it (a dataset holds
+    thousands of rows and a few starts), so it is computed once per distinct evidence."""
+    key = tuple(json.dumps(v, sort_keys=True) if isinstance(v, list | dict) else v
+                for v in (row.get(c) for c in _ROW_COLUMNS))
+    return _cached_row(key).model_copy(deep=True)
+
+
+@lru_cache(maxsize=1024)
+def _cached_row(key: tuple[Any, ...]) -> DeploymentConfig:
+    return _deployment_of_row(dict(zip(_ROW_COLUMNS, key, strict=True)))
+
+
+def _deployment_of_row(row: Mapping[str, Any]) -> DeploymentConfig:
     """The configuration a dataset row was measured under.
 
     Rows written since the ``dep_*`` columns exist carry it. Older rows do not: their own evidence decides,

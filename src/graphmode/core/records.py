@@ -130,7 +130,9 @@ class StartupInfo(_Flat):
     model_load_gib: float | None = None
     model_load_s: float | None = None
     capture_s: float | None = None
-    graph_gib: float | None = Field(None, description="'Graph capturing finished in N secs, took X GiB'")
+    graph_gib: float | None = Field(
+        None, description="'Graph capturing finished in N secs, took X GiB'; per GPU (vLLM logs it per rank) "
+        "under tensor parallelism")
     estimated_graph_gib: float | None = None
     kv_cache_gib: float | None = None
     kv_cache_tokens: int | None = None

@@ -179,7 +179,8 @@ def shape_of_row(row: Mapping[str, Any]) -> dict[str, Any]:
 
     keys = [n for n, _ in SHAPE_FEATURES] + [ARCH_FIELD, "model_config_hash", "model_type"]
     shape = {k: row.get("fp_" + k) for k in keys}
-    shape.update(deployment_of_row(row).shape_fields())
+    deployment = deployment_of_row(row)
+    shape.update(deployment.shape_fields(), configuration=deployment.label())  # the card lists it per shape
     return shape
 
 
