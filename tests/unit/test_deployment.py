@@ -307,3 +307,15 @@ def test_every_real_h200_log_names_the_backend_vllm_resolved() -> None:
         assert (dep.attention_backend, dep.attention_backend_source) == ("FLASH_ATTN", "log"), log.name
     older = StartupInfo(attention_backend="AttentionBackendEnum.FLASHINFER")
     assert DeploymentConfig.from_vllm_args([], startup=older).attention_backend == "FLASHINFER"
+
+
+def test_active_parameters_tell_a_sparse_model_from_a_dense_one() -> None:
+    moe, dense = shape_of_config(_cfg("qwen3-30b-a3b")), shape_of_config(_cfg("llama-3.1-8b"))
+    small = shape_of_config(_cfg("llama-3.2-1b"))
+    shapes = [{**s, **DeploymentConfig.from_vllm_args([], model_config=c).shape_fields()}
+              for s, c in ((moe, _cfg("qwen3-30b-a3b")), (dense, _cfg("llama-3.1-8b")),
+                           (small, _cfg("llama-3.2-1b")))]
+    assert [s["num_active_params_b"] for s in shapes] == [moe["num_active_params_b"], dense["num_params_b"],
+                                                           small["num_params_b"]]
+    spec, _ = fit_spec([{"arrival_rate": r} for r in (1.0, 2.0, 3.0)], shapes)
+    assert "num_active_params_b" in spec.names and "num_params_b" in spec.names

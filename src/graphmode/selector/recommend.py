@@ -46,6 +46,10 @@ ConfidenceLevel = Literal["high", "medium", "low"]
 FAR_RATIO = 4.0  # distance to the nearest training workload, in typical training spacings, that is "far"
 NEAR_RATIO = 2.0
 SHAPE_CACHE = 64  # per-shape copies a recommender keeps (Recommender.for_shape)
+# What a target model contributes to its shape: the shape features, its identity, and its active parameters
+# (a mixture of experts runs a fraction of its weights; featurize.CONFIG_FEATURES).
+_TARGET_SHAPE_KEYS: tuple[str, ...] = (
+    *(n for n, _ in SHAPE_FEATURES), ARCH_FIELD, "model_config_hash", "model_type", "num_active_params_b")
 
 
 class ModePrediction(BaseModel):
@@ -218,7 +222,7 @@ class Recommender:
         ):
             shape = {
                 k: getattr(target, k)
-                for k in [n for n, _ in SHAPE_FEATURES] + [ARCH_FIELD, "model_config_hash", "model_type"]
+                for k in _TARGET_SHAPE_KEYS
             }
             self._check_shape(shape)
             return shape
@@ -242,8 +246,7 @@ class Recommender:
             return hit
         other = copy.copy(self)
         other._shape_warning = None
-        other._shape = {k: shape.get(k) for k in [n for n, _ in SHAPE_FEATURES] +
-                        [ARCH_FIELD, "model_config_hash", "model_type"]}
+        other._shape = {k: shape.get(k) for k in _TARGET_SHAPE_KEYS}
         other._check_shape(other._shape)
         other._const_rows = other._constants_for(other._shape)
         if len(self._by_shape) >= SHAPE_CACHE:
