@@ -319,3 +319,12 @@ def test_active_parameters_tell_a_sparse_model_from_a_dense_one() -> None:
                                                            small["num_params_b"]]
     spec, _ = fit_spec([{"arrival_rate": r} for r in (1.0, 2.0, 3.0)], shapes)
     assert "num_active_params_b" in spec.names and "num_params_b" in spec.names
+
+
+def test_models_listing_tells_configurations_apart() -> None:
+    from graphmode.cli.recommend_cmd import _shape_label
+
+    base = {"model_architecture": "LlamaForCausalLM", "num_params_b": 8.03}
+    tp2 = {**base, **DeploymentConfig.from_vllm_args(["-tp", "2", "--quantization", "fp8"]).shape_fields()}
+    assert _shape_label(base) == "LlamaForCausalLM 8.0B"
+    assert _shape_label(tp2) == "LlamaForCausalLM 8.0B [tp=2+q=fp8]"

@@ -36,10 +36,15 @@ _COLUMNS: tuple[tuple[str, str, float, str], ...] = (
 
 
 def _shape_label(shape: dict[str, Any]) -> str:
-    """``LlamaForCausalLM 8.0B``: two shapes of one architecture must stay tellable apart."""
+    """``LlamaForCausalLM 8.0B``, ``... 8.0B [tp=2]``: two shapes, or two configurations of one, stay tellable
+    apart (a default configuration adds nothing)."""
+    from graphmode.core.deployment import config_suffix
+
     arch = str(shape.get("model_architecture") or "?")
     params = shape.get("num_params_b")
-    return f"{arch} {params:.1f}B" if isinstance(params, int | float) else arch
+    label = f"{arch} {params:.1f}B" if isinstance(params, int | float) else arch
+    suffix = config_suffix(shape)
+    return f"{label} [{suffix}]" if suffix else label
 
 def _fmt(v: float | None, scale: float, fmt: str) -> str:
     return "-" if v is None else fmt.format(v * scale)
