@@ -328,3 +328,11 @@ def test_models_listing_tells_configurations_apart() -> None:
     tp2 = {**base, **DeploymentConfig.from_vllm_args(["-tp", "2", "--quantization", "fp8"]).shape_fields()}
     assert _shape_label(base) == "LlamaForCausalLM 8.0B"
     assert _shape_label(tp2) == "LlamaForCausalLM 8.0B [tp=2+q=fp8]"
+
+
+def test_hostile_args_are_refused_cleanly() -> None:
+    for args in (["--speculative-config", "[" * 4000 + "]" * 4000], ["--max-num-seqs", "9" * 4000],
+                 ["-tp", "1.5"], ["--max-model-len", "-4"]):
+        with pytest.raises(DeploymentError):
+            DeploymentConfig.from_vllm_args(args)
+        DeploymentConfig.from_vllm_args(args, strict=False)

@@ -17,6 +17,7 @@ not the deployment's total.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
@@ -188,7 +189,7 @@ def _speculative(argv: list[str]) -> dict[str, Any]:
     if raw:
         try:
             spec = json.loads(raw)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise DeploymentError(f"--speculative-config is not JSON: {exc}") from None
         if not isinstance(spec, dict):
             raise DeploymentError("--speculative-config must be a JSON object")
@@ -225,7 +226,9 @@ def _size(raw: str) -> int | None:
     number, unit = float(match.group(1)), match.group(2)
     scale = {"": 1, "k": 1000, "K": 1024, "m": 1_000_000, "M": 1024 * 1024}[unit]
     value = number * scale
-    return int(value) if value == int(value) else None
+    if not math.isfinite(value) or value > 2**62 or value != int(value):
+        return None  # absurd or fractional: not a size vLLM would take
+    return int(value)
 
 
 def _checkpoint_quantization(cfg: Mapping[str, Any]) -> str | None:
@@ -253,7 +256,7 @@ def _json_list(raw: Any) -> list[Any] | None:
         return None
     try:
         value = json.loads(raw)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
     return value if isinstance(value, list) else None
 
@@ -305,7 +308,7 @@ def _deployment_of_row(row: Mapping[str, Any]) -> DeploymentConfig:
     nda = row.get("non_default_args")
     try:
         parsed = json.loads(nda) if isinstance(nda, str) else nda
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         parsed = None
     if isinstance(parsed, dict):
         return DeploymentConfig.from_non_default_args(parsed, startup=startup, shape=shape, strict=False)
