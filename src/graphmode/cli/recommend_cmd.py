@@ -36,10 +36,15 @@ _COLUMNS: tuple[tuple[str, str, float, str], ...] = (
 
 
 def _shape_label(shape: dict[str, Any]) -> str:
-    """``LlamaForCausalLM 8.0B``: two shapes of one architecture must stay tellable apart."""
+    """``LlamaForCausalLM 8.0B``, ``... 8.0B [tp=2]``: two shapes, or two configurations of one, stay tellable
+    apart (a default configuration adds nothing)."""
+    from graphmode.core.deployment import config_suffix
+
     arch = str(shape.get("model_architecture") or "?")
     params = shape.get("num_params_b")
-    return f"{arch} {params:.1f}B" if isinstance(params, int | float) else arch
+    label = f"{arch} {params:.1f}B" if isinstance(params, int | float) else arch
+    suffix = config_suffix(shape)
+    return f"{label} [{suffix}]" if suffix else label
 
 def _fmt(v: float | None, scale: float, fmt: str) -> str:
     return "-" if v is None else fmt.format(v * scale)
@@ -66,6 +71,25 @@ def _read_step_sizes(text: str) -> Any:
         return StepSizes.model_validate_json(raw)
     except ValidationError as exc:
         raise ConfigError(f"--step-sizes is not a StepSizes JSON object: {exc.errors()[0]['msg']}") from None
+
+
+def _deployment(vllm_args: str, model_path: str | None) -> Any:
+    """The deployment's configuration from --vllm-args (+ --model-path's config.json, this environment)."""
+    import os
+    import shlex
+
+    from graphmode.core.deployment import DeploymentConfig, DeploymentError
+    from graphmode.core.fingerprint import load_model_config
+
+    try:
+        argv = shlex.split(vllm_args)
+    except ValueError as exc:
+        raise ConfigError(f"--vllm-args: {exc}") from None
+    served = load_model_config(model_path) if model_path else None
+    try:
+        return DeploymentConfig.from_vllm_args(argv, dict(os.environ), served)
+    except DeploymentError as exc:
+        raise ConfigError(f"--vllm-args: {exc}") from None
 
 
 def _complete(answer: Recommendation, rec: Any, steps: Any, vllm_args: str | None, model_path: str | None,
@@ -221,7 +245,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
         vllm_args: Annotated[
             str | None, typer.Option("--vllm-args", help="The deployment's vLLM args (one string): modes vLLM "
-                                     "would downgrade there are not recommended.")
+                                     "would downgrade there are not recommended, and a "
+                                     "configuration (TP, attention backend, quantization, speculative "
+                                     "decoding) unlike the trained ones is reported.")
         ] = None,
         capture_max_sizes: Annotated[
             int | None, typer.Option("--capture-max-sizes", min=1, help="Budget: at most this many sizes.")
@@ -292,6 +318,8 @@ def register(app: typer.Typer) -> None:
                 server_url=server, model_path=model_path, gpu_name=gpu, vllm_version=vllm_version
             )
             rec = Recommender.load(models_dir, model_id, target=target, strict=strict)
+            if vllm_args is not None:
+                rec = rec.for_deployment(_deployment(vllm_args, model_path))
             obj = (
                 make_objective(objective, constraint or [], **obj_args)  # type: ignore[arg-type]
                 if (objective or constraint or any(v for v in obj_args.values()))

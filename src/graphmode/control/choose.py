@@ -31,6 +31,7 @@ from graphmode.vllm_args import (
 if TYPE_CHECKING:
     import httpx
 
+    from graphmode.core.deployment import DeploymentConfig
     from graphmode.core.records import ObservedFeatures
     from graphmode.selector.card import ModelCard
     from graphmode.selector.describe import WorkloadDescription
@@ -157,6 +158,28 @@ def best_static_mode(rec: Recommender, objective: Objective) -> tuple[str, str]:
     return best, f"predicted best on {votes[best]}/{sum(votes.values())} profiled workloads"
 
 
+def deployment_of_args(vllm_args: Sequence[str]) -> DeploymentConfig:
+    """The configuration vLLM will run with these args in this environment (the launcher's, which vLLM
+    inherits). Never fails a launch: an unreadable element is reported unknown, and vLLM judges the args."""
+    import os
+
+    from graphmode.core.deployment import DeploymentConfig
+
+    return DeploymentConfig.from_vllm_args(list(vllm_args), dict(os.environ), strict=False)
+
+
+def deployment_note(card: ModelCard, folder: Path, vllm_args: Sequence[str] | None) -> str | None:
+    """The warning an answer from ``card`` carries for the deployment of ``vllm_args`` (None: like a trained one)."""
+    if vllm_args is None:
+        return None
+    from graphmode.selector.deployments import deployment_shape, deployment_warning, trained_configurations
+
+    trained = trained_configurations(card, folder)
+    target = deployment_shape(card.shapes[0] if len(card.shapes) == 1 else None, deployment_of_args(vllm_args),
+                              trained)
+    return deployment_warning(target, trained)
+
+
 def choose_mode(
     *,
     workload: WorkloadDescription | None = None,
@@ -217,6 +240,7 @@ def choose_mode(
         try:
             mode, data = remote_recommend(selector_url, body, connect_timeout_s=connect_timeout_s,
                                           read_timeout_s=read_timeout_s, transport=transport)
+            notes += [w for w in data.get("warnings") or [] if isinstance(w, str) and "this deployment:" in w]
             return done(Choice(mode, "remote", basis, f"selector service {selector_url} recommends "
                                f"{mode.value} for the {basis}", notes, model_id=data.get("model_id"),
                                capture=capture_keys(data.get("capture"))))
@@ -231,12 +255,17 @@ def choose_mode(
         return done(Choice(DEFAULT_MODE, "default", "default", f"vLLM's default {DEFAULT_MODE.value}", notes))
     try:
         if basis != "features" and loader is _load_local:
-            hit = _from_json(models_dir, model_id, obj, workload)
+            hit = _from_json(models_dir, model_id, obj, workload, vllm_args)
             if hit is not None:
                 hit.notes[:0] = notes
                 return done(hit)
         rec = loader(models_dir, model_id)
+        if vllm_args is not None:
+            rec = rec.for_deployment(deployment_of_args(vllm_args))
         if inputs is None:
+            note = rec.deployment_warning
+            if note:
+                notes.append(note)
             mode_name, how = best_static_mode(rec, obj)
             mode = parse_mode(mode_name)
             return done(Choice(mode, "local", "static", f"model {rec.model_id}: best static mode for "
@@ -263,7 +292,7 @@ def choose_mode(
 
 
 def _from_json(models_dir: Path, model_id: str | None, obj: Objective,
-               workload: WorkloadDescription | None) -> Choice | None:
+               workload: WorkloadDescription | None, vllm_args: Sequence[str] | None = None) -> Choice | None:
     """The static mode from the card, or a described workload's mode from the decision table; None when
     neither holds the answer and the full model must be loaded."""
     from graphmode.selector.card import ARTIFACT_FILE
@@ -274,12 +303,14 @@ def _from_json(models_dir: Path, model_id: str | None, obj: Objective,
     if entry.card is None:
         return None
     mid = entry.model_id
+    note = deployment_note(entry.card, entry.folder, vllm_args)
     if workload is None:
         static = card_static_mode(entry.card, obj)
         if static is None:
             return None
         return Choice(parse_mode(static), "local", "static", f"model {mid}: best static mode for "
-                      f"{obj.describe()} (model card, measured, cross-validation)", model_id=mid)
+                      f"{obj.describe()} (model card, measured, cross-validation)", [note] if note else [],
+                      model_id=mid)
     info = entry.card.artifacts.get(ARTIFACT_FILE)
     table = load_table(entry.folder, info.sha256) if info is not None else None
     ans = lookup(table, workload, obj.describe()) if table is not None else None
@@ -288,7 +319,8 @@ def _from_json(models_dir: Path, model_id: str | None, obj: Objective,
     at = ", ".join(f"{k} {v:g}" for k, v in ans.point.items())
     return Choice(parse_mode(ans.mode), "local", "workload",
                   f"model {mid} recommends {ans.mode} for the workload ({obj.describe()}; decision table, "
-                  f"nearest grid point {at})", list(dict.fromkeys([*match.warnings, *table["warnings"]])),
+                  f"nearest grid point {at})",
+                  list(dict.fromkeys([*match.warnings, *table["warnings"], *([note] if note else [])])),
                   model_id=mid)
 
 

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from graphmode.core.deployment import DeploymentConfig
 from graphmode.core.errors import DatasetError
 from graphmode.core.fingerprint import same_release
 from graphmode.core.records import (
@@ -57,6 +58,9 @@ _GROUPS: list[tuple[str, type[Any], str]] = [
     ("fingerprint", Fingerprint, "fp_"),
     ("conditions", RunConditions, ""),
     ("race", RaceInfo, "race_"),
+    # The deployment configuration (graphmode.core.deployment); rows from before it read NULL, and
+    # deployment_of_row tells what their own args and logs prove.
+    ("deployment", DeploymentConfig, "dep_"),
 ]
 _SKIP = {("startup", "vllm_version")}  # the fingerprint holds it
 # Columns renamed since they were first written (old -> new): an older dataset reads under the new name.
@@ -73,6 +77,8 @@ def _renamed(row: dict[str, Any]) -> dict[str, Any]:
 
 def _sql_type(annotation: Any) -> str:
     text = str(annotation)
+    if "bool" in text:
+        return "INTEGER"
     if "float" in text:
         return "REAL"
     if "int" in text and "list" not in text and "dict" not in text:
@@ -104,8 +110,8 @@ def flatten(record: CellRecord, workload_hash: str) -> dict[str, Any]:
     row["workload_spec"] = json.dumps(record.workload_spec, sort_keys=True)
     row["step_sizes"] = (None if record.step_sizes is None
                          else json.dumps(record.step_sizes.model_dump(), separators=(",", ":")))
-    for group, _model, prefix in _GROUPS:
-        for name, value in getattr(record, group).model_dump().items():
+    for group, model, prefix in _GROUPS:
+        for name, value in (getattr(record, group) or model()).model_dump().items():
             if (group, name) not in _SKIP:
                 row[prefix + name] = _cell(value)
     return row

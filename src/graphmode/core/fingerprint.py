@@ -20,10 +20,13 @@ def _int(cfg: dict[str, Any], *keys: str) -> int | None:
     return None
 
 
-def estimate_params(cfg: dict[str, Any]) -> float | None:
-    """Parameters (billions, all experts counted) of a decoder from its config.json shapes; None if shapes
-    are missing. Mixture-of-experts configs (Mixtral's ``num_local_experts``, Qwen-MoE's ``num_experts``,
-    DeepSeek's ``n_routed_experts``) count every routed and shared expert: a Mixtral 8x7B is 46.7B, not 7B."""
+def _experts(cfg: dict[str, Any]) -> int | None:
+    n = _int(cfg, "num_local_experts", "num_experts", "n_routed_experts")
+    return n if n and n > 1 else None
+
+
+def _param_count(cfg: dict[str, Any], experts_run: int | None) -> float | None:
+    """Parameters (billions) with ``experts_run`` routed experts per MoE layer (None: every expert)."""
     h = _int(cfg, "hidden_size", "n_embd", "d_model")
     layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
     vocab = _int(cfg, "vocab_size")
@@ -34,15 +37,56 @@ def estimate_params(cfg: dict[str, Any]) -> float | None:
     head_dim = _int(cfg, "head_dim") or h // heads
     inter = _int(cfg, "intermediate_size", "n_inner") or 4 * h
     attn = h * heads * head_dim * 2 + h * kv_heads * head_dim * 2
-    mlp = 3 * h * inter  # gated MLP (Llama, Qwen2, Mistral); close enough for a shape feature elsewhere
-    experts = _int(cfg, "num_local_experts", "num_experts", "n_routed_experts")
-    if experts and experts > 1:
-        moe_inter = _int(cfg, "moe_intermediate_size") or inter
-        shared = 3 * h * (_int(cfg, "shared_expert_intermediate_size") or 0)
-        shared += 3 * h * moe_inter * (_int(cfg, "n_shared_experts") or 0)
-        mlp = experts * 3 * h * moe_inter + shared + h * experts  # experts, shared experts, router
-    embed = vocab * h * (1 if cfg.get("tie_word_embeddings") else 2)
-    return round((layers * (attn + mlp + 2 * h) + embed) / 1e9, 4)
+    dense_mlp = 3 * h * inter  # gated MLP (Llama, Qwen2, Mistral); close enough for a shape feature elsewhere
+    experts = _experts(cfg)
+    if not experts:
+        return round((layers * (attn + dense_mlp + 2 * h) + _embed(cfg, h, vocab)) / 1e9, 4)
+    moe_inter = _int(cfg, "moe_intermediate_size") or inter
+    shared = 3 * h * (_int(cfg, "shared_expert_intermediate_size") or 0)
+    shared += 3 * h * moe_inter * (_int(cfg, "n_shared_experts") or 0)
+    routed = experts if experts_run is None else min(experts_run, experts)
+    moe_mlp = routed * 3 * h * moe_inter + shared + h * experts  # routed experts, shared experts, router
+    # DeepSeek keeps its first layers dense (first_k_dense_replace); Qwen-MoE can name dense layers.
+    dense_layers = _int(cfg, "first_k_dense_replace") or 0
+    only = cfg.get("mlp_only_layers")
+    if isinstance(only, list):
+        dense_layers = max(dense_layers, len(only))
+    dense_layers = min(dense_layers, layers)
+    total = layers * (attn + 2 * h) + dense_layers * dense_mlp + (layers - dense_layers) * moe_mlp
+    return round((total + _embed(cfg, h, vocab)) / 1e9, 4)
+
+
+def _embed(cfg: dict[str, Any], h: int, vocab: int) -> int:
+    return vocab * h * (1 if cfg.get("tie_word_embeddings") else 2)
+
+
+def estimate_params(cfg: dict[str, Any]) -> float | None:
+    """Parameters (billions, all experts counted) of a decoder from its config.json shapes; None if shapes
+    are missing. Mixture-of-experts configs (Mixtral's ``num_local_experts``, Qwen-MoE's ``num_experts``,
+    DeepSeek's ``n_routed_experts``) count every routed and shared expert: a Mixtral 8x7B is 46.7B, not 7B."""
+    return _param_count(cfg, None)
+
+
+def estimate_active_params(cfg: dict[str, Any]) -> float | None:
+    """Parameters (billions) one token runs through: for a mixture of experts, ``num_experts_per_tok``
+    routed experts plus the shared ones and the router (Qwen3-30B-A3B: about 3.3B of 30.5B); for a dense
+    model, all of them. None if the shapes are missing, or an MoE config does not say how many experts a
+    token uses."""
+    if not _experts(cfg):
+        return _param_count(cfg, None)
+    per_tok = _int(cfg, "num_experts_per_tok", "moe_top_k", "top_k")
+    return _param_count(cfg, per_tok) if per_tok else None
+
+
+def moe_shape(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Experts, experts per token, and total and active parameters of a config.json (dense: no experts)."""
+    experts = _experts(cfg)
+    return {
+        "num_experts": experts,
+        "num_experts_per_tok": _int(cfg, "num_experts_per_tok", "moe_top_k", "top_k") if experts else None,
+        "num_params_b": estimate_params(cfg),
+        "num_active_params_b": estimate_active_params(cfg),
+    }
 
 
 def _config_path(model: str) -> Path:
@@ -84,9 +128,16 @@ def shape_of_config(cfg: dict[str, Any]) -> dict[str, Any]:
         "model_type": cfg.get("model_type"),
         "num_layers": _int(cfg, "num_hidden_layers", "n_layer", "num_layers"),
         "hidden_size": _int(cfg, "hidden_size", "n_embd", "d_model"),
-        "num_params_b": estimate_params(cfg),
         "vocab_size": _int(cfg, "vocab_size"),
+        **moe_shape(cfg),
+        "checkpoint_quantization": _checkpoint_quantization(cfg),
     }
+
+
+def _checkpoint_quantization(cfg: dict[str, Any]) -> str | None:
+    from graphmode.core.deployment import _checkpoint_quantization as read
+
+    return read(cfg)
 
 
 def model_shape(model: str | None) -> dict[str, Any]:

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from graphmode.core.deployment import DeploymentConfig
+
 
 class _Flat(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -128,7 +130,9 @@ class StartupInfo(_Flat):
     model_load_gib: float | None = None
     model_load_s: float | None = None
     capture_s: float | None = None
-    graph_gib: float | None = Field(None, description="'Graph capturing finished in N secs, took X GiB'")
+    graph_gib: float | None = Field(
+        None, description="'Graph capturing finished in N secs, took X GiB'; per GPU (vLLM logs it per rank) "
+        "under tensor parallelism")
     estimated_graph_gib: float | None = None
     kv_cache_gib: float | None = None
     kv_cache_tokens: int | None = None
@@ -164,6 +168,10 @@ class Fingerprint(_Flat):
     num_layers: int | None = None
     hidden_size: int | None = None
     num_params_b: float | None = Field(None, description="parameters in billions, from config.json shapes")
+    num_active_params_b: float | None = Field(None, description="parameters one token runs through (MoE)")
+    num_experts: int | None = Field(None, description="routed experts per MoE layer; None for dense models")
+    num_experts_per_tok: int | None = None
+    checkpoint_quantization: str | None = Field(None, description="config.json quantization_config's method")
     vllm_args: list[str] = Field(default_factory=list)
 
     def key(self) -> str:
@@ -248,3 +256,14 @@ class CellRecord(_Flat):
     gpu_mem_used_gib_max: float | None = None
     gpu_mem_used_gib_mean: float | None = None
     step_sizes: StepSizes | None = Field(None, description="tokens per engine step in the cell's window")
+    deployment: DeploymentConfig | None = Field(
+        None, description="configuration measured under; derived from the fingerprint's args and the start-up "
+        "log when not given (graphmode.core.deployment)")
+
+    @model_validator(mode="after")
+    def _derive_deployment(self) -> CellRecord:
+        if self.deployment is None:
+            self.deployment = DeploymentConfig.from_vllm_args(
+                self.fingerprint.vllm_args, {}, None, self.startup,
+                shape=self.fingerprint.model_dump(), strict=False)
+        return self

@@ -13,7 +13,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -122,13 +122,25 @@ class ProfileSummary:
     failures: list[str] = field(default_factory=list)
 
 
-def profile_key(gpu_name: str | None, shape: dict[str, object], command: list[str], args: list[str]) -> str:
-    """What must stay the same for an earlier row to count as done: GPU, model and vLLM args (less mode)."""
+def profile_key(gpu_name: str | None, shape: dict[str, object], command: list[str], args: list[str],
+                env: Mapping[str, str] | None = None) -> str:
+    """What must stay the same for an earlier row to count as done: GPU, model, vLLM args (less mode) and the
+    environment that changes the deployment's configuration.
+
+    The args already hold every configuration element a flag sets (TP, --attention-backend, speculative
+    decoding, quantization, max_num_seqs, max_model_len; see graphmode.core.deployment) and the model's
+    config hash holds a quantized or MoE checkpoint, so two configurations never share a key. A backend chosen
+    through VLLM_ATTENTION_BACKEND is added only when set, which keeps every earlier key as it was.
+    """
     cc = compilation_config_of(args)
     cc.pop("cudagraph_mode", None)
     rest = without_flags(args, "--host", "--port", "--compilation-config", "-cc", "--compilation_config")
     model = shape.get("model_config_hash") or ""
-    payload = json.dumps([gpu_name, model, rest, cc], sort_keys=True)
+    parts: list[object] = [gpu_name, model, rest, cc]
+    backend = (env or {}).get("VLLM_ATTENTION_BACKEND")
+    if backend:
+        parts.append({"VLLM_ATTENTION_BACKEND": backend})
+    payload = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -147,7 +159,7 @@ class Profiler:
         self.cpu_model = cpu_model()
         self.vllm_version = vllm_version_of(config.command) if config.resume else None
         self.shape = model_shape(model_arg(config.command, config.vllm_args))
-        self.key = profile_key(self.gpu.get("gpu_name"), self.shape, config.command, config.vllm_args)
+        self.key = profile_key(self.gpu.get("gpu_name"), self.shape, config.command, config.vllm_args, config.env)
 
     def pending(self) -> dict[CudaGraphMode, list[tuple[Workload, int]]]:
         done = self.store.done_cells(self.key, self.vllm_version) if self.config.resume else set()

@@ -5,7 +5,11 @@ computed by :mod:`graphmode.profiling.features` in the profiler and live alike, 
 knobs. Rates, token counts and batch sizes enter as ``log1p`` (latency scales multiplicatively with
 them); coefficients of variation enter as they are. When a dataset holds several model shapes, the
 shape fields of the fingerprint (parameters, layers, hidden size: ``log``; architecture: one-hot when
-there are several) join them, so one model can tell a 1B from an 8B model.
+there are several) join them, so one model can tell a 1B from an 8B model. The deployment configuration
+(:mod:`graphmode.core.deployment`) is part of a shape: rows of two configurations are two shapes for
+aggregation (their own units, start-up constants and race verdicts), and its elements join the shape
+fields (active parameters, TP, speculative k, max_num_seqs as numbers; backend, quantization and
+speculative method one-hot) so the k-NN and the regressors see how far a configuration is from another.
 
 A :class:`FeatureSpec` is fitted on the training units and saved in the model card. It records the
 columns kept, the ones dropped (all-null, or constant across the training data) and why, the training
@@ -29,7 +33,7 @@ if TYPE_CHECKING:  # numpy is imported where it is used: the model card (JSON) n
     FloatArray = NDArray[np.float64]
 
 Transform = Literal["log1p", "log", "none"]
-Source = Literal["obs", "shape", "arch"]
+Source = Literal["obs", "shape", "arch", "cat"]
 
 # The traffic features a model may use, with their transform. Order is the column order.
 OBS_FEATURES: tuple[tuple[str, Transform], ...] = (
@@ -48,6 +52,17 @@ SHAPE_FEATURES: tuple[tuple[str, Transform], ...] = (
     ("hidden_size", "log"),
 )
 ARCH_FIELD = "model_architecture"
+# Deployment configuration (graphmode.core.deployment) as numbers, and as categories one-hot ("cat" columns,
+# e.g. ``attention_backend=FLASHINFER``); like the shape fields, used only when the data has several shapes
+# (a configuration is part of a shape's key) and dropped where constant, as they are in data from one
+# configuration.
+CONFIG_FEATURES: tuple[tuple[str, Transform], ...] = (
+    ("num_active_params_b", "log"),
+    ("tensor_parallel_size", "log"),
+    ("speculative_k", "log1p"),
+    ("max_num_seqs", "log"),
+)
+CONFIG_CATEGORIES: tuple[str, ...] = ("attention_backend", "quantization", "speculative_method")
 
 
 def transform(value: float | None, how: Transform) -> float:
@@ -96,7 +111,14 @@ class FeatureSpec(BaseModel):
             return None
         if source == "shape":
             v = shape.get(name)
-            return None if v is None else float(v)
+            if v is None and name == "speculative_k" and _config_known(shape, "speculative"):
+                return 0.0  # known: no speculative decoding
+            return None if v is None or isinstance(v, bool) or not isinstance(v, int | float) else float(v)
+        if source == "cat":
+            field, _, value = name.partition("=")
+            if not _config_known(shape, "speculative" if field == "speculative_method" else field):
+                return None
+            return 1.0 if str(shape.get(field)) == value else 0.0
         arch = shape.get(ARCH_FIELD)
         if arch is None:
             return None
@@ -134,7 +156,7 @@ class FeatureSpec(BaseModel):
         """Features outside the training range widened by ``slack`` of its width on either side."""
         out = []
         for i, name in enumerate(self.names):
-            if self.sources[i] == "arch":
+            if self.sources[i] in ("arch", "cat"):
                 continue
             width = self.hi[i] - self.lo[i]
             pad = slack * width if width > 0 else 0.05 * max(abs(self.hi[i]), 1.0)
@@ -143,24 +165,45 @@ class FeatureSpec(BaseModel):
         return out
 
 
+def _config_known(shape: Mapping[str, Any], element: str) -> bool:
+    unknown = shape.get("deployment_unknown")
+    return isinstance(unknown, list) and element not in unknown and (
+        element != "attention_backend" or shape.get("attention_backend") is not None)
+
+
 def shape_of_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The model-shape fields of a dataset row (``fp_*`` columns), unprefixed."""
+    """The model-shape fields of a dataset row (``fp_*`` columns), unprefixed, with the configuration it was
+    measured under (:func:`graphmode.core.deployment.deployment_of_row`: its own columns, else what the row's
+    args and log prove)."""
+    from graphmode.core.deployment import deployment_of_row
+
     keys = [n for n, _ in SHAPE_FEATURES] + [ARCH_FIELD, "model_config_hash", "model_type"]
-    return {k: row.get("fp_" + k) for k in keys}
+    shape = {k: row.get("fp_" + k) for k in keys}
+    deployment = deployment_of_row(row)
+    shape.update(deployment.shape_fields(), configuration=deployment.label())  # the card lists it per shape
+    return shape
 
 
 def shape_key(shape: Mapping[str, Any]) -> str:
-    """Identity of a model shape: its config hash, else its architecture and dimensions."""
+    """Identity of a model shape under one configuration: its config hash, else its architecture and
+    dimensions, then what sets its configuration apart from vLLM's defaults
+    (:func:`graphmode.core.deployment.config_suffix`; nothing for a default deployment, so keys of shapes
+    trained before configurations were recorded do not change)."""
+    from graphmode.core.deployment import config_suffix
+
     h = shape.get("model_config_hash")
     if h:
-        return str(h)
-    parts = [
-        shape.get(ARCH_FIELD),
-        shape.get("num_layers"),
-        shape.get("hidden_size"),
-        shape.get("num_params_b"),
-    ]
-    return "|".join("?" if p is None else str(p) for p in parts)
+        base = str(h)
+    else:
+        parts = [
+            shape.get(ARCH_FIELD),
+            shape.get("num_layers"),
+            shape.get("hidden_size"),
+            shape.get("num_params_b"),
+        ]
+        base = "|".join("?" if p is None else str(p) for p in parts)
+    suffix = config_suffix(shape)
+    return f"{base}+{suffix}" if suffix else base
 
 
 def fit_spec(
@@ -182,6 +225,12 @@ def fit_spec(
         archs = sorted({str(s.get(ARCH_FIELD)) for s in shapes if s.get(ARCH_FIELD)})
         if len(archs) > 1:
             candidates += [(f"arch={a}", "arch", "none") for a in archs]
+        candidates += [(name, "shape", t) for name, t in CONFIG_FEATURES]
+        for field in CONFIG_CATEGORIES:
+            values = sorted({str(s.get(field)) for s in shapes
+                             if _config_known(s, "speculative" if field == "speculative_method" else field)})
+            if len(values) > 1:
+                candidates += [(f"{field}={v}", "cat", "none") for v in values]
     cols: list[FloatArray] = []
     kept: list[tuple[str, Source, Transform]] = []
     dropped: dict[str, str] = {}

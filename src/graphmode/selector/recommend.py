@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from graphmode.core.deployment import DeploymentConfig
 from graphmode.core.errors import ModelError, ObjectiveError, StaleModelError
 from graphmode.core.modes import compilation_config, parse_mode
 from graphmode.core.records import Fingerprint, ObservedFeatures
@@ -45,6 +46,10 @@ ConfidenceLevel = Literal["high", "medium", "low"]
 FAR_RATIO = 4.0  # distance to the nearest training workload, in typical training spacings, that is "far"
 NEAR_RATIO = 2.0
 SHAPE_CACHE = 64  # per-shape copies a recommender keeps (Recommender.for_shape)
+# What a target model contributes to its shape: the shape features, its identity, and its active parameters
+# (a mixture of experts runs a fraction of its weights; featurize.CONFIG_FEATURES).
+_TARGET_SHAPE_KEYS: tuple[str, ...] = (
+    *(n for n, _ in SHAPE_FEATURES), ARCH_FIELD, "model_config_hash", "model_type", "num_active_params_b")
 
 
 class ModePrediction(BaseModel):
@@ -150,6 +155,7 @@ class Recommender:
         self._train_z = self.spec.standardize(model.train_x) if model.train_x.size else model.train_x
         self._const_cache: dict[str, list[dict[str, float | None]]] = {}
         self._shape_warning: str | None = None
+        self._deployment_warning: str | None = None
         self._by_shape: dict[str, Recommender] = {}
         self._paired: dict[tuple[str, str], list[PairedVerdict]] = defaultdict(list)
         for v in card.paired:
@@ -216,7 +222,7 @@ class Recommender:
         ):
             shape = {
                 k: getattr(target, k)
-                for k in [n for n, _ in SHAPE_FEATURES] + [ARCH_FIELD, "model_config_hash", "model_type"]
+                for k in _TARGET_SHAPE_KEYS
             }
             self._check_shape(shape)
             return shape
@@ -240,14 +246,35 @@ class Recommender:
             return hit
         other = copy.copy(self)
         other._shape_warning = None
-        other._shape = {k: shape.get(k) for k in [n for n, _ in SHAPE_FEATURES] +
-                        [ARCH_FIELD, "model_config_hash", "model_type"]}
+        other._shape = {k: shape.get(k) for k in _TARGET_SHAPE_KEYS}
         other._check_shape(other._shape)
         other._const_rows = other._constants_for(other._shape)
         if len(self._by_shape) >= SHAPE_CACHE:
             self._by_shape.pop(next(iter(self._by_shape)))
         self._by_shape[key] = other
         return other
+
+    def for_deployment(self, deployment: DeploymentConfig) -> Recommender:
+        """This model answering for a deployment with ``deployment``'s configuration (TP size, attention
+        backend, quantization, speculative decoding, max_num_seqs; :mod:`graphmode.core.deployment`).
+
+        The configuration joins the target shape (its key picks that configuration's constants and race
+        verdicts, its fields the configuration features), and every answer warns when no trained
+        configuration is like it (:func:`graphmode.selector.deployments.deployment_warning`).
+        """
+        from graphmode.selector.deployments import deployment_shape, deployment_warning, trained_configurations
+
+        trained = trained_configurations(self.card, self.folder)
+        other = copy.copy(self)
+        other._shape = deployment_shape(self._shape, deployment, trained)
+        other._deployment_warning = deployment_warning(other._shape, trained)
+        other._const_rows = other._constants_for(other._shape)
+        return other
+
+    @property
+    def deployment_warning(self) -> str | None:
+        """Why the deployment given to :meth:`for_deployment` is unlike the trained ones (None: it is not)."""
+        return self._deployment_warning
 
     def _check_shape(self, shape: Mapping[str, Any]) -> None:
         known = {shape_key(s) for s in self.card.shapes}
@@ -404,6 +431,8 @@ class Recommender:
             warnings.append("the model cannot check " + ", ".join(sorted(missing)))
         if self._shape_warning:
             warnings.append(self._shape_warning)
+        if self._deployment_warning:
+            warnings.append(self._deployment_warning)
         notes += self._paired_notes(obj.metric, best)
         # Race verdicts (paired rounds) decide where they exist; the tie rule above stands without them.
         race = race_decision(
@@ -529,6 +558,8 @@ class Recommender:
             medium.append(f"between profiled workloads ({ratio:.1f}× the usual spacing)")
         if self._shape_warning and "unlike" in self._shape_warning:
             low.append("model shape unlike the trained ones")
+        if self._deployment_warning:
+            low.append("deployment configuration unlike the trained ones")
         if self.match.kind == "nearest":
             medium.append("the model's fingerprint is not the target's")
         if not constraints_met:

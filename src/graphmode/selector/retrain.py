@@ -35,7 +35,7 @@ class RetrainResult:
 def retrain_dataset_path(config: ProfileConfig, models_dir: Path) -> Path:
     """Where the profile for ``config``'s (GPU, model, vLLM args) accumulates."""
     shape = model_shape(model_arg(config.command, config.vllm_args))
-    key = profile_key(gpu_facts().get("gpu_name"), shape, config.command, config.vllm_args)
+    key = profile_key(gpu_facts().get("gpu_name"), shape, config.command, config.vllm_args, config.env)
     return models_dir / PROFILES_DIR / f"{key}.sqlite"
 
 

@@ -270,7 +270,9 @@ class RecommendRequest(_Strict):
     # Optional: the whole graph configuration (selector.graphconfig). Without them the answer has no capture block.
     step_sizes: StepSizes | None = Field(None, description="tokens per engine step (StepSizes): asks for capture sizes")
     vllm_args: list[str] | None = Field(
-        None, max_length=200, description="the deployment's vLLM args: modes vLLM would downgrade are not recommended"
+        None, max_length=200, description="the deployment's vLLM args: modes vLLM would downgrade are not "
+        "recommended, and its configuration (TP size, attention backend, quantization, speculative decoding, "
+        "max_num_seqs) is compared with the trained ones: an unlike one is answered with a warning"
     )
     capture_budget: CaptureBudget | None = Field(None, description="limits on graph count, capture s, graph GiB")
 
@@ -283,6 +285,28 @@ class RecommendRequest(_Strict):
         if not (shape["model_architecture"] or shape["num_layers"] or shape["hidden_size"]):
             raise ValueError("no architectures, num_hidden_layers or hidden_size: not a model's config.json")
         return v
+
+    @field_validator("vllm_args")
+    @classmethod
+    def _readable_configuration(cls, v: list[str] | None) -> list[str] | None:
+        from graphmode.core.deployment import DeploymentConfig, DeploymentError
+
+        if v is not None:
+            try:
+                DeploymentConfig.from_vllm_args(v)
+            except DeploymentError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+    def deployment(self) -> Any:
+        """The :class:`~graphmode.core.deployment.DeploymentConfig` of ``vllm_args`` (+ served_model_config),
+        None without vllm_args. The service's own environment is not the deployment's: it is not read."""
+        from graphmode.core.deployment import DeploymentConfig
+
+        if self.vllm_args is None:
+            return None
+        served = self.served_model_config.as_dict() if self.served_model_config is not None else None
+        return DeploymentConfig.from_vllm_args(self.vllm_args, {}, served)
 
     def served_shape(self) -> dict[str, Any] | None:
         """Shape fields of ``served_model_config`` (None when the request gave none)."""

@@ -192,6 +192,9 @@ def answer(
     shape = body.served_shape()
     if shape is not None:
         rec = rec.for_shape(shape)
+    deployment = body.deployment()
+    if deployment is not None:
+        rec = rec.for_deployment(deployment)
     try:
         objective = state.objective(body.objective, rec) if body.objective is not None else None
     except ObjectiveError as exc:

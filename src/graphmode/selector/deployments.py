@@ -1,0 +1,95 @@
+"""Which deployment configurations a model was trained on, and whether a deployment is one of them.
+
+A card trained since configurations were recorded carries one per shape (``card.shapes``, the fields of
+:data:`graphmode.core.deployment.SHAPE_FIELDS`). An older card does not; its own evidence then decides: the
+vLLM args of its fingerprints (the exact arguments the profiler passed, so an absent flag was vLLM's default)
+and, for the attention backend, the start-up logs its datasets recorded when those files are still where the
+card says. What neither proves stays unknown, and the answer says so.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from graphmode.core.deployment import DeploymentConfig, config_suffix, describe, unlike
+from graphmode.selector.card import ModelCard
+
+
+def _logged_backends(card: ModelCard, folder: Path | None) -> dict[str, str]:
+    """Model config hash -> the one attention backend its rows' start-up logs named (where there is one)."""
+    if folder is None:
+        return {}
+    seen: dict[str, set[str]] = {}
+    for source in card.dataset.sources:
+        path = (folder / source.path).resolve()
+        if not path.is_file():
+            continue
+        try:
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            try:
+                rows = db.execute("SELECT DISTINCT fp_model_config_hash, attention_backend FROM cells "
+                                  "WHERE status = 'ok' AND attention_backend IS NOT NULL").fetchall()
+            finally:
+                db.close()
+        except sqlite3.Error:
+            continue
+        for model_hash, backend in rows:
+            seen.setdefault(str(model_hash), set()).add(str(backend))
+    return {h: next(iter(b)) for h, b in seen.items() if len(b) == 1}
+
+
+def trained_configurations(card: ModelCard, folder: Path | None = None) -> list[dict[str, Any]]:
+    """One shape dict per trained shape, each with its configuration fields (unknown where unproven)."""
+    backends: dict[str, str] | None = None
+    out: list[dict[str, Any]] = []
+    for shape in card.shapes:
+        if isinstance(shape.get("deployment_unknown"), list):
+            out.append(dict(shape))
+            continue
+        if backends is None:
+            backends = _logged_backends(card, folder)
+        model_hash = shape.get("model_config_hash")
+        args = next((fp.vllm_args for fp in card.fingerprints if model_hash and fp.model_config_hash == model_hash
+                     and fp.vllm_args), None)
+        if args is None:
+            dep = DeploymentConfig(unknown=["attention_backend", "max_model_len", "max_num_seqs",
+                                            "num_active_params_b", "quantization", "speculative",
+                                            "tensor_parallel_size"])
+        else:
+            from graphmode.core.records import StartupInfo
+
+            backend = backends.get(str(model_hash)) if model_hash else None
+            dep = DeploymentConfig.from_vllm_args(args, {}, None, StartupInfo(attention_backend=backend),
+                                                  shape={"num_params_b": shape.get("num_params_b")}, strict=False)
+        out.append({**shape, **dep.shape_fields()})
+    return out
+
+
+def deployment_shape(shape: Mapping[str, Any] | None, deployment: DeploymentConfig,
+                     trained: list[dict[str, Any]]) -> dict[str, Any]:
+    """The target shape under ``deployment``. A requested backend that the training data got without
+    asking (vLLM's own pick there) is that same configuration, so it keeps that configuration's key."""
+    fields = deployment.shape_fields()
+    if fields["num_active_params_b"] is None and shape is not None:
+        fields["num_active_params_b"] = shape.get("num_active_params_b")
+    if fields["attention_backend_requested"] and any(
+            s.get("attention_backend") == fields["attention_backend"] and not s.get("attention_backend_requested")
+            for s in trained):
+        fields["attention_backend_requested"] = False
+    return {**(shape or {}), **fields}
+
+
+def deployment_warning(target: Mapping[str, Any], trained: list[dict[str, Any]]) -> str | None:
+    """'trained on ...; this deployment: ...: the answer is extrapolated (...)' when ``target``'s
+    configuration is unlike every trained one; None when some trained configuration matches it."""
+    differs = unlike(target, trained)
+    if not differs:
+        if not trained or any(config_suffix(target) == config_suffix(s) for s in trained):
+            return None
+        differs = ["a combination of these no trained shape had"]
+    seen = sorted({describe(s) for s in trained})
+    return (f"trained on {' / '.join(seen)}; this deployment: {describe(target)}: the answer is extrapolated "
+            f"({'; '.join(differs)})")
