@@ -446,6 +446,8 @@ class Recommender:
                 # the verdicts overrule the tie rule: its "within noise" and the paired "would settle it"
                 # notes argued about the evidence the race has now weighed
                 notes = [n for n in notes if "within noise of the default" not in n and "would settle it" not in n]
+            else:  # a mode the race found worse is no near miss of the tie rule's
+                notes = [n for n in notes if not any(n.startswith(f"{m} scores best") for m in race.worse)]
             best = race.mode
             notes += race.notes
         if self.card.synthetic:
