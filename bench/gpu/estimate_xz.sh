@@ -11,7 +11,7 @@ dir="${1:?usage: estimate_xz.sh DIR [EVERY] [LEVEL]}"; every="${2:-8}"; level="$
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 export E="$every" L="$level" T="$tmp"
 # split hands each block to the filter as stdin, its index in $FILE (x000000, x000001, ...).
-tar -C "$(dirname "$dir")" -cf - "$(basename "$dir")" | tee >(wc -c > "$tmp/raw") \
+{ tar -C "$(dirname "$dir")" -cf - "$(basename "$dir")" || true; } | tee >(wc -c > "$tmp/raw") \
   | split -b 8M -d -a 6 --filter='n=$((10#${FILE#x}))
       if [ $((n % E)) -eq 0 ]; then
         cat > "$T/block"; echo "$(stat -c %s "$T/block") $(xz $L -T2 -c < "$T/block" | wc -c)" >> "$T/log"

@@ -7,7 +7,8 @@ step so that one failure does not hide the rest: ``import torch``, ``torch.cuda.
 ``torch.backends.cudnn.version()`` (also with PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1, since torch
 refuses an older cuDNN minor than it was built with), ``torch.cuda.nccl.version()``, a bf16 matmul, an
 fp16 conv2d (cuDNN), and a one-rank NCCL all-reduce (what a single-GPU vLLM engine does with NCCL).
-Also writes the host's installed distributions (NAME==VERSION) for resolve_deps.py --host-freeze.
+Also writes the host's installed distributions (NAME==VERSION) for resolve_deps.py --host-freeze, and
+whether the host has nvcc (FlashInfer's JIT needs it) and which driver.
 
 usage (on the host): python3 probe_torch.py SITE_DIR [--cuda-dir DIR] [--shim FILE] [--out DIR]
   SITE_DIR: the unpacked site directory holding torch (/tmp/site-0.33)
@@ -21,6 +22,8 @@ import argparse
 import glob
 import json
 import os
+import platform
+import shutil
 import subprocess
 import sys
 from importlib import metadata
@@ -137,6 +140,13 @@ def main() -> None:
         # torch preloads CUDA libraries from sys.path (nvidia/*/lib) before the loader reads LD_LIBRARY_PATH.
         setups.append(("cuda_override", {"LD_LIBRARY_PATH": path, "PYTHONPATH": f"{args.site}:{args.cuda_dir}"}))
     os.makedirs(args.out, exist_ok=True)
+    # FlashInfer compiles kernels it has no cubin for with nvcc: is there one on this host?
+    nvcc = shutil.which("nvcc") or next(iter(sorted(glob.glob("/usr/local/cuda*/bin/nvcc"))), None)
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=False) if shutil.which("nvidia-smi") else None
+    host = {"python": sys.version.split()[0], "glibc": " ".join(platform.libc_ver()), "nvcc": nvcc,
+            "gpu": smi.stdout.strip() if smi else None}
+    print(json.dumps({"host": host}), flush=True)
     child = os.path.join(args.out, "probe_child.py")  # a file: triton.jit reads its kernel's source
     with open(child, "w") as f:
         f.write(CHILD)
@@ -147,7 +157,7 @@ def main() -> None:
     with open(os.path.join(args.out, "host-freeze.txt"), "w") as f:
         f.write("\n".join(freeze) + "\n")
     with open(os.path.join(args.out, "probe.json"), "w") as f:
-        json.dump(results, f, indent=1)
+        json.dump({"host": host, "setups": results}, f, indent=1)
     good = [r["setup"] for r in results if r["passed"]]
     print(f"verdict: {'use ' + str(good[0]) if good else 'no setup runs torch here'} (passing: {good})")
     sys.exit(0 if good else 1)

@@ -46,10 +46,6 @@ SKIP = {
     "nvidia-cutlass-dsl-libs-cu13", "nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-cuda-cccl",
     "tilelang", "z3-solver", "cuda-tile", "quack-kernels", "humming-kernels",
     "nvidia-cudnn-frontend", "sentry-sdk", "fastapi-cloud-cli", "rignore", "fastar",
-    # 0.33: video decoding and alternative weight loaders, imported only for video models or when asked for.
-    "torchcodec", "pynvvideocodec", "instanttensor", "fastsafetensors",
-    # 0.33: flashinfer-python asks for NCCL's Python bindings (25 MB) but none of its modules imports them.
-    "nccl4py", "nccl-extensions",
 }
 # The meta package whose extras pin the CUDA toolkit's component wheels.
 CUDA_META = "cuda-toolkit"
@@ -68,6 +64,8 @@ class Release:
     raised: frozenset[str] = frozenset()
     # CUDA libraries carried by default because the host's cannot serve this release's torch.
     cuda: frozenset[str] = frozenset()
+    # More optional packages to leave out, beyond SKIP.
+    skip: frozenset[str] = frozenset()
 
 
 RELEASES = {
@@ -83,6 +81,9 @@ RELEASES = {
         # ncclCommSuspend, ncclSignal, ...): `import torch` fails with "undefined symbol" on the host's.
         # cudnn, cusparselt and cublas: every symbol torch 2.14.0 needs is in the host's versions.
         cuda=frozenset({"nvidia-nccl-cu13"}),
+        # Video decoding and another weight loader, imported only for video models or when asked for;
+        # flashinfer-python asks for NCCL's Python bindings (25 MB) but none of its modules imports them.
+        skip=frozenset({"torchcodec", "pynvvideocodec", "instanttensor", "nccl4py", "nccl-extensions"}),
     ),
 }
 # The host runs glibc 2.39 (Ubuntu 24.04); build_bundle.sh installs with the same list.
@@ -169,15 +170,15 @@ def main() -> None:
     parser.add_argument("--cuda", action="append", default=[], help="carry this CUDA library (repeatable)")
     parser.add_argument("--no-default-cuda", action="store_true", help="carry no CUDA library unless --cuda")
     parser.add_argument("--host-freeze", help="NAME==VERSION lines from the host (overrides host-packages.txt)")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # extra specs may follow the options
 
     release = RELEASES[args.vllm]
     host = read_versions(os.path.join(HERE, "host-packages.txt"))
     if args.host_freeze:
         host.update(read_versions(args.host_freeze))
-        release = Release(bring=release.bring, pins=release.pins, cuda=release.cuda)
+        release = Release(bring=release.bring, pins=release.pins, cuda=release.cuda, skip=release.skip)
     carry = {canonicalize_name(n) for n in args.cuda} | (set() if args.no_default_cuda else set(release.cuda))
-    skip = {canonicalize_name(s) for s in SKIP} - release.bring
+    skip = {canonicalize_name(s) for s in SKIP | release.skip} - release.bring
     site_dir = os.path.join(args.wheel_dir, "site")
     cuda_dir = os.path.join(args.wheel_dir, "cuda")
     meta_dir = tempfile.mkdtemp(prefix="cuda-meta-")
