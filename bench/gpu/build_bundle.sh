@@ -43,7 +43,7 @@ platforms+=(--platform=manylinux2014_x86_64 --platform=manylinux2010_x86_64 --pl
 install() {  # install() TARGET WHEEL...: unpack wheels into a site directory for CPython 3.12
   local target="$1"; shift
   python3 -m pip install -q --no-deps --no-compile --target "$target" --python-version=3.12 \
-    --implementation=cp --only-binary=:all: "${platforms[@]}" "$@" 2>&1 | grep -v "Running pip as the 'root'" || true
+    --implementation=cp --only-binary=:all: "${platforms[@]}" "$@" 2>&1 | { grep -v "Running pip as the 'root'" || true; }
 }
 pack() {  # pack() NAME DIR: DIR (relative to $work) -> $out/NAME.part00.. (or part00.. for NAME="")
   local prefix="$out/${1:+$1.}part"
