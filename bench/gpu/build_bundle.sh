@@ -65,7 +65,7 @@ else
   echo "installing into $(basename "$site")..."
   install "$site" "$wheels"/site/*.whl
   # torch's wheel puts the CUDA libraries' RPATH at ../../nvidia/*/lib, i.e. $site/nvidia: nothing may land
-  # there, so that the host's libraries (or the override on LD_LIBRARY_PATH) are the ones found.
+  # there, so that the host's libraries (or the override unpack.sh puts first) are the ones found.
   [ ! -e "$site/nvidia" ] || { echo "$site/nvidia exists: a CUDA wheel slipped into the site dir" >&2; exit 1; }
   echo "stripping what a Hopper GPU and a server never load from torch and triton..."
   t="$site/triton"

@@ -50,6 +50,7 @@ if [ "$room" -lt $((8 * 1024 * 1024)) ]; then
 fi
 mkdir -p .gpu
 rm -f .gpu/part* .gpu/core.part* .gpu/cuda.part* .gpu/app.part* .gpu/calls.txt
+cp bench/gpu/unpack.sh .gpu/unpack.sh  # older runbooks (NOTES.md) carry .gpu/unpack.sh; the calls below use bench/gpu/
 
 # Fill calls in order, series after series: a call may end one series and start the next. calls[i] holds
 # the .gpu files call i carries; a file is one series' bytes [offset, offset + size).
@@ -77,7 +78,8 @@ if [ "$release" = 0.33.0 ] && [ "$with_cuda" = 0 ] && ls "$bundle"/cuda.part* >/
   fallback=(.gpu/cuda.part*)
 fi
 n=${#calls[@]}
-total=$(cat .gpu/*part* | wc -c)
+# shellcheck disable=SC2086
+total=$(cat ${calls[*]} | wc -c)  # what the calls carry (not the fallback)
 echo "vLLM $release: tree $((tree / 1048576)) MiB, bundle $((total / 1048576)) MiB in $n device calls (room $((room / 1048576)) MiB each):"
 ls -l .gpu/
 echo
