@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run or continue profiling slices on the GPU host, one profiler chain per GPU, and collect their results.
 #
-# usage (on the GPU host, from the repo root, after .gpu/unpack.sh has put vLLM in /tmp/site):
+# usage (on the GPU host, from the repo root, after unpack.sh put vLLM in /tmp/site, or GM_SITE):
 #   bench/gpu/run_slice.sh WAIT_S GRID SHAPE:GPU[:REPEATS[:MODES]] [SHAPE:GPU[:REPEATS[:MODES]] ...] [-- profile options...]
 # example:
 #   bench/gpu/run_slice.sh 540 src/graphmode/data/default_grid.yaml llama-3.1-8b:0:3 qwen2.5-0.5b:1:3 llama-3.2-1b:1:3
@@ -29,7 +29,12 @@ assign=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do assign+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 work=/tmp/gm; mkdir -p "$work"
-export PYTHONPATH="/tmp/site:$PWD/src" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
+# GM_SITE picks the release's site dir (/tmp/site: 0.24; /tmp/site-0.33); its .env, written by unpack.sh,
+# adds the CUDA library setup the probe chose (LD_PRELOAD or LD_LIBRARY_PATH).
+site="${GM_SITE:-/tmp/site}"
+PYTHONPATH="$site"
+if [ -f "$site.env" ]; then . "$site.env"; fi
+export PYTHONPATH="$PYTHONPATH:$PWD/src" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
 running() { [ -f "$work/$1.pid" ] && kill -0 "$(cat "$work/$1.pid")" 2>/dev/null; }
 
 # Assignments that share a GPU run one after another in a single chain; chains on different GPUs run at once.

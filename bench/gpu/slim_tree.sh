@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 marker="# graphmode slim_tree"
-exclude=.git/info/exclude
+exclude="$(git rev-parse --git-path info/exclude)"  # .git is a file in a worktree
 
 case "${1:-}" in
   on)
