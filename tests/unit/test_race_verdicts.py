@@ -57,10 +57,11 @@ def test_pooled_and_region_verdicts_from_rows() -> None:
     assert "over 3 paired rounds" in pooled[("NONE", "itl_p50")].describe()
 
 
-def _v(mode: str, verdict: str, ratio: float, workload: str | None = None, **feats: float) -> RaceVerdict:
+def _v(mode: str, verdict: str, ratio: float, workload: str | None = None, starts: int = 2,
+       **feats: float) -> RaceVerdict:
     return RaceVerdict(shape="s", mode=mode, metric="itl_p50", workload=workload, verdict=verdict,  # type: ignore[arg-type]
                        rounds=5, ratio=ratio, lo=ratio * 0.98, hi=ratio * 1.02, delta=0.03, confidence=0.95,
-                       features=dict(feats))
+                       features=dict(feats), starts=starts)
 
 
 CONSTS = {D: {"graph_gib": 0.6, "startup_s": 80.0}, "FULL": {"graph_gib": 0.4, "startup_s": 70.0},
