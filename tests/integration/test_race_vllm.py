@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from graphmode.core.dataset import ProfileStore
-from tests.integration.vllm_cpu import FIXTURES, free_port, graphmode_cli, vllm_args, vllm_command
+from tests.integration.vllm_cpu import FIXTURES, graphmode_cli, vllm_args, vllm_command
+from tests.support.net import free_port
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 GRID = FIXTURES / "race-cpu.yaml"

@@ -6,6 +6,7 @@ CONTROL run as fast as the default, so they stay open until their second start a
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections import defaultdict
 from collections.abc import Iterator
@@ -55,7 +56,7 @@ def test_two_starts_in_staggered_waves_then_resume_counts_them(tmp_path: Path, s
     # the default and a challenger never change start between two consecutive rounds
     seen = starts_by_round(rows)
     rounds = sorted(seen)
-    for prev, cur in zip(rounds, rounds[1:], strict=False):
+    for prev, cur in itertools.pairwise(rounds):
         changed = {a for a in seen[cur] if a in seen[prev] and seen[cur][a] != seen[prev][a]}
         assert not (DEFAULT_ARM in changed and changed - {DEFAULT_ARM}), (prev, cur, changed)
     # the first block has min_rounds rounds (NONE decided from one start), later ones block_rounds

@@ -84,7 +84,7 @@ def race_config(args: list[str], o: RaceOptions, s: Settings) -> RaceConfig:
     )
     try:
         rule = SequentialRule(delta=_pick(o.delta, r.delta), confidence=_pick(o.confidence, r.confidence),
-                              min_rounds=_pick(o.min_rounds, r.min_rounds))
+                              min_rounds=_pick(o.min_rounds, r.min_rounds), start_margin=r.start_margin)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     return RaceConfig(

@@ -48,10 +48,13 @@ Rules, with margin ``δ`` (default 3%), after at least ``min_rounds`` (default 3
     * otherwise **undecided**.
 
     "Better" and "equivalent" also need ``min_starts`` starts of the mode and of the default (the race's
-    ``--starts``), and at least two of each whenever the rounds as a whole have two: from fewer, only
-    "worse" is taken, on the per-round interval. "Worse" only keeps a mode out, and taking it from one
-    start stops clearly slower modes (NONE, PIECEWISE) before they cost a restart; the A/A arm measures
-    how often one start alone crosses a margin.
+    ``--starts``), and at least two of each whenever the rounds as a whole have two. From fewer (or from two
+    blocks without an A/A arm), only "worse" is taken, on the per-round interval and with the start's
+    possible share added to the margin: the lower bound must clear ``ln(1 + δ) + start_margin`` (default
+    0.10 ≈ ln(1/0.903), the H200 A/A arm's start effect). That stops clearly slower modes (NONE, PIECEWISE)
+    before they cost a restart, while a mode that only drew a slow start stays in the race: simulated A/A
+    races with a start effect of 7% per start were called "worse" from their first start in a third of
+    races without the allowance.
 
 A verdict is taken at the first round whose interval crosses a boundary and then stands
 (:func:`sequential_decision`). Every round is a look at the data, so the nominal error rates hold per
@@ -83,6 +86,7 @@ class SequentialRule:
     confidence: float = 0.95
     min_rounds: int = 3
     min_starts: int = 1  # starts of the mode and of the default before "better" or "equivalent"
+    start_margin: float = 0.10  # added to ln(1+δ) for "worse" from too few starts
 
     def __post_init__(self) -> None:
         if not 0 < self.delta < 1:
@@ -93,6 +97,8 @@ class SequentialRule:
             raise ValueError(f"min_rounds must be at least 2 (a t interval needs two), got {self.min_rounds}")
         if self.min_starts < 1:
             raise ValueError(f"min_starts must be at least 1, got {self.min_starts}")
+        if not 0 <= self.start_margin < 1:
+            raise ValueError(f"start_margin must be in [0, 1), got {self.start_margin}")
 
 
 @dataclass(frozen=True)
@@ -243,8 +249,11 @@ def decide(log_ratios: Sequence[float], rule: SequentialRule = SequentialRule(),
                      f"({starts} so far)")
     up, down = math.log1p(rule.delta), math.log1p(-rule.delta)
     ratio, rlo, rhi = math.exp(mean), math.exp(lo), math.exp(hi)
-    if lo > up:
-        return Decision("worse", n, ratio, rlo, rhi, f"{pct} interval above 1+δ ({1 + rule.delta:.3f})", starts, k)
+    worse_at = up if allow else up + rule.start_margin  # too few starts: the start may be all of it
+    if lo > worse_at:
+        extra = "" if allow else f" and the start margin ({math.exp(worse_at):.3f}, {k} start blocks)"
+        return Decision("worse", n, ratio, rlo, rhi, f"{pct} interval above 1+δ ({1 + rule.delta:.3f}){extra}",
+                        starts, k)
     settled = None
     if hi < down:
         settled = Decision("better", n, ratio, rlo, rhi, f"{pct} interval below 1-δ ({1 - rule.delta:.3f})",
