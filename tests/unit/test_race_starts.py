@@ -6,6 +6,9 @@ CONTROL run as fast as the default, so they stay open until their second start a
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
 import itertools
 import sys
 from collections import defaultdict
@@ -72,7 +75,28 @@ def test_two_starts_in_staggered_waves_then_resume_counts_them(tmp_path: Path, s
     sel = {(x.mode, x.workload): x for x in race_verdicts(rows) if x.metric == "itl_p50"}
     assert sel[("FULL", None)].verdict == v.verdict and sel[("FULL", None)].starts == max(1, v.starts)
     assert sel[("NONE", None)].verdict == "worse" and sel[("NONE", None)].starts == 1
+    # bench/race_table.py prints the starts behind each verdict and the A/A arm's ratio
+    out = race_table(tmp_path / "race.sqlite")
+    assert "A/A arm (CONTROL, a second engine of the default) / default: itl_p50 " in out, out
+    assert "worse" in out and "s=1" in out and ("s=2" in out or "undecided" in out), out
 
+
+
+def race_table(dataset: Path) -> str:
+    bench = Path(__file__).resolve().parents[2] / "bench"
+    sys.path.insert(0, str(bench))  # race_table imports its sibling profile_cost
+    try:
+        spec = importlib.util.spec_from_file_location("race_table", bench / "race_table.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert mod.main([str(dataset), "--metrics", "itl_p50"]) == 0
+        return buf.getvalue()
+    finally:
+        sys.path.remove(str(bench))
 
 
 def test_resume_counts_the_starts_already_made(tmp_path: Path, store: ProfileStore) -> None:
