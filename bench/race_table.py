@@ -6,7 +6,10 @@ vLLM's default on every raced metric, with the ratio, its interval and the round
 
 Verdicts are recomputed from the rows exactly as the selector does (graphmode.selector.verdicts), with
 ``--delta``/``--confidence`` (default 3%, 95%). ``CONTROL`` is the A/A arm (a second engine of the default):
-it should read *equivalent*. Runs without scikit-learn (a GPU host's environment is enough).
+it should read *equivalent*; its pooled ratio per metric, printed under each shape, is how far two starts of
+one mode landed apart there. ``s=N`` is the number of engine starts behind a verdict (the fewer of the
+mode's and the default's; ``--starts``): "better" from one start each is not acted on by the selector.
+Runs without scikit-learn (a GPU host's environment is enough).
 """
 
 from __future__ import annotations
@@ -37,7 +40,20 @@ def cell(v: RaceVerdict | None) -> str:
     if v.ratio is None:
         return f"{v.verdict} (n={v.rounds})"
     ci = f" [{v.lo:.2f}–{v.hi:.2f}]" if v.lo is not None and v.hi is not None else ""
-    return f"{v.verdict} {v.ratio:.3f}×{ci} n={v.rounds}"
+    return f"{v.verdict} {v.ratio:.3f}×{ci} n={v.rounds} s={v.starts}"
+
+
+def aa_line(pooled: dict[tuple[str, str], RaceVerdict], metrics: list[str]) -> str:
+    """The A/A arm's pooled ratio per metric: how far two starts of the default landed apart."""
+    parts = []
+    for k in metrics:
+        v = pooled.get(("CONTROL", k))
+        if v is not None and v.ratio is not None:
+            ci = f" [{v.lo:.2f}–{v.hi:.2f}]" if v.lo is not None and v.hi is not None else ""
+            parts.append(f"{k} {v.ratio:.3f}×{ci} over {v.rounds} rounds, {v.starts} start(s) each")
+    if not parts:
+        return "A/A arm (CONTROL): not raced (--control)"
+    return "A/A arm (CONTROL, a second engine of the default) / default: " + "; ".join(parts)
 
 
 def table(head: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
@@ -77,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         out += ["", f"{'### ' if args.markdown else ''}{name}{cost}", ""]
         pooled = {(v.mode, v.metric): v for v in vs if v.workload is None}
         modes = sorted({m for m, _ in pooled}, key=lambda m: (m == "CONTROL", m))
+        out += [aa_line(pooled, metrics), ""]
         out += table(["mode", *metrics], [[m, *(cell(pooled.get((m, k))) for k in metrics)] for m in modes],
                      args.markdown)
         if args.workloads:

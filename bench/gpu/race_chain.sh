@@ -3,33 +3,45 @@
 # host's CPUs to themselves), in the background, and collect what they wrote.
 #
 # usage (on the GPU host, from the repo root, after unpack.sh put vLLM in /tmp/site):
-#   bench/gpu/race_chain.sh WAIT_S SHAPE[:KV_BYTES[:control[:BUDGET_MIN]]] [SHAPE...] [-- race options...]
-# e.g. bench/gpu/race_chain.sh 560 qwen2.5-0.5b:8G:control:8 llama-3.2-1b:8G::7 llama-3.1-8b:4G::5.5
-# (KV_BYTES: each engine --kv-cache-memory-bytes, default 8G; BUDGET_MIN: that shape --budget-min)
+#   [RACE_TAG=NAME] bench/gpu/race_chain.sh WAIT_S SHAPE[:KV_BYTES[:control[:BUDGET_MIN]]] [SHAPE...] \
+#       [-- race options...]
+# (KV_BYTES: each engine --kv-cache-memory-bytes, default 8G; BUDGET_MIN: that shape --budget-min; datasets
+# are $RACE_TAG-SHAPE.sqlite, default race-h200-SHAPE.sqlite, resumed from models/profiles/ when there)
+#
+# Next lease (two starts per arm, docs/method-racing.md; about 9.5 + 9 GPU-minutes, so two shapes per
+# 30-minute lease; call it again with the same arguments every <= 10 minutes until "chain finished"):
+#   RACE_TAG=race-h200-s2 bench/gpu/race_chain.sh 560 qwen2.5-0.5b:8G:control:10 llama-3.2-1b:8G:control:9 \
+#       -- --starts 2
+#   later lease: RACE_TAG=race-h200-s2 bench/gpu/race_chain.sh 560 llama-3.1-8b:4G::9 -- --starts 2
+# The first races (one start per arm, 2026-12-01) were:
+#   bench/gpu/race_chain.sh 560 qwen2.5-0.5b:8G:control:8 llama-3.2-1b:8G::7 llama-3.1-8b:4G::5.5
 #
 # run_race.sh races its shapes at the same time; this chain is for a single-GPU lease where shapes must not
 # disturb each other. The chain starts once under setsid and outlives the device call; calling again with
 # the same arguments only waits (up to WAIT_S) and collects. The source tree is copied to /tmp/gmsrc when
 # the chain starts, so later device calls (which lay the working tree anew) cannot change code mid-race.
-# Into $OUT: race-h200-SHAPE.sqlite per shape started so far (SQLite backups), logs.tgz, summary.txt.
+# Into $OUT: $RACE_TAG-SHAPE.sqlite per shape started so far (SQLite backups), logs.tgz, summary.txt.
 set -uo pipefail
 wait_s="$1"; shift
 assign=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do assign+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
 work=/tmp/gmr; mkdir -p "$work"
+tag="${RACE_TAG:-race-h200}"
+case "$tag" in *[!A-Za-z0-9._-]*|"") echo "RACE_TAG: letters, digits, . _ - only" >&2; exit 2;; esac
 
 if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/null; }; then
   rm -rf /tmp/gmsrc && cp -r src /tmp/gmsrc && cp -r models/shapes "$work/shapes"
   for a in "${assign[@]}"; do
     shape="${a%%:*}"
-    ds="$work/race-h200-$shape.sqlite"
-    [ -f "$ds" ] || { [ -f "models/profiles/race-h200-$shape.sqlite" ] && cp "models/profiles/race-h200-$shape.sqlite" "$ds"; }
+    ds="$work/$tag-$shape.sqlite"
+    [ -f "$ds" ] || { [ -f "models/profiles/$tag-$shape.sqlite" ] && cp "models/profiles/$tag-$shape.sqlite" "$ds"; }
   done
   printf '%q ' "$@" > "$work/race-options"
+  echo "$tag" > "$work/race-tag"
   # shellcheck disable=SC2016
   setsid nohup bash -c '
-    work=/tmp/gmr; opts=$(cat "$work/race-options")
+    work=/tmp/gmr; opts=$(cat "$work/race-options"); tag=$(cat "$work/race-tag")
     export PYTHONPATH="/tmp/site:/tmp/gmsrc" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
     for a in "$@"; do
       IFS=: read -r shape kv flag budget <<< "$a"
@@ -37,7 +49,7 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
       extra=(); [ "${flag:-}" = control ] && extra=(--control)
       [ -n "${budget:-}" ] && extra+=(--budget-min "$budget")
       echo "$(date -u +%FT%TZ) racing $shape kv ${kv:-8G} ${extra[*]} $opts" >>"$work/race-$shape.out"
-      eval "python3 -m graphmode.profiling profile --race --dataset $work/race-h200-$shape.sqlite --port 8200 \
+      eval "python3 -m graphmode.profiling profile --race --dataset $work/$tag-$shape.sqlite --port 8200 \
         --log-dir $work/logs-$shape --vllm-cmd \"python3 -m vllm.entrypoints.openai.api_server\" \
         --kv-cache-memory-bytes ${kv:-8G} ${extra[*]} $opts \
         -- --model $work/model-$shape --load-format dummy --skip-tokenizer-init --max-model-len 4096" \
@@ -63,8 +75,8 @@ summary() {
 if [ -n "${OUT:-}" ]; then
   for a in "${assign[@]}"; do
     shape="${a%%:*}"
-    [ -f "$work/race-h200-$shape.sqlite" ] || continue
-    python3 - "$work/race-h200-$shape.sqlite" "$OUT/race-h200-$shape.sqlite" <<'PY'
+    [ -f "$work/$tag-$shape.sqlite" ] || continue
+    python3 - "$work/$tag-$shape.sqlite" "$OUT/$tag-$shape.sqlite" <<'PY'
 import sqlite3, sys
 src = sqlite3.connect(sys.argv[1]); dst = sqlite3.connect(sys.argv[2]); src.backup(dst); dst.close()
 PY

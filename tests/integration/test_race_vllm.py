@@ -1,9 +1,11 @@
 """A race of two resident real vLLM servers (CPU build): rows per round, an engine killed mid-race, resume.
 
-Two sessions, four engine starts (two at a time, overlapped): the first races NONE against the default and
+Two sessions, five engine starts: the first races NONE against the default (two starts at once) and
 has NONE's engine killed with SIGKILL after its round-1 row; the race records the failure with vLLM's
-reason and ends (no challenger left). The second session resumes: it reuses the rounds measured, starts
-NONE again next to the default and numbers its rounds after the first session's.
+reason and ends (no challenger left). The second session resumes with ``--starts 3``: it reuses the rounds
+measured, starts NONE again next to the default (each arm's second start, counted from the first
+session's rows), numbers its rounds after the first session's, and after two rounds restarts the default
+alone on its port (its third start, a warm compile cache) for one more round.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from graphmode.core.dataset import ProfileStore
 from tests.integration.vllm_cpu import FIXTURES, graphmode_cli, vllm_args, vllm_command
 from tests.support.net import free_port
 
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
 GRID = FIXTURES / "race-cpu.yaml"
 
 
@@ -79,8 +81,8 @@ def test_race_two_real_engines_kill_one_and_resume(tmp_path: Path) -> None:
     assert float(ok[0]["race_starts_wall_s"]) < 0.9 * sum(starts)  # type: ignore[arg-type]
     first_rounds = {int(r["race_round"]) for r in ok}  # type: ignore[call-overload]
 
-    resumed = subprocess.run(race_argv(dataset, logs, free_port(), "--max-rounds", "2"), capture_output=True,
-                             text=True, timeout=600, check=False)
+    resumed = subprocess.run(race_argv(dataset, logs, free_port(), "--max-rounds", "3", "--starts", "3"),
+                             capture_output=True, text=True, timeout=800, check=False)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"{len(first_rounds)} rounds already measured" in resumed.stderr
     after = [r for r in rows(dataset) if r["status"] == "ok"]
@@ -89,3 +91,11 @@ def test_race_two_real_engines_kill_one_and_resume(tmp_path: Path) -> None:
     assert min(int(r["race_round"]) for r in new) > max(first_rounds)  # type: ignore[call-overload]
     assert len({r["race_id"] for r in after}) == 1, "the resumed session is not the same race"
     assert "itl_p50" in resumed.stderr and "rounds this session" in resumed.stderr
+    # on CPU the modes run alike: NONE stays open, so the default is restarted once, alone
+    assert "3 engine starts (1 restarts" in resumed.stderr, resumed.stderr
+    starts: dict[str, set[str]] = {}
+    for r in after:
+        starts.setdefault(str(r["race_arm"]), set()).add(str(r["race_start_id"]))
+    assert {a: len(s) for a, s in starts.items()} == {"FULL_AND_PIECEWISE": 3, "NONE": 2}
+    last = max(int(r["race_round"]) for r in new)  # type: ignore[call-overload]
+    assert {r["race_arm"] for r in new if r["race_round"] == last} == {"FULL_AND_PIECEWISE", "NONE"}

@@ -38,8 +38,9 @@ def race_config(tmp_path: Path, modes: list[CudaGraphMode], env: dict[str, str] 
         scrape_interval_s=0.2, startup_timeout_s=60.0, stop_timeout_s=5.0, read_timeout_s=30.0,
         connect_timeout_s=30.0, env=env,
     )
+    # one start per arm unless a test asks for more (test_race_starts.py races several)
     base: dict[str, object] = dict(profile=profile, metrics=("itl_p50",), budget_min=5.0, cell_s=0.6,
-                                   warmup_s=0.3, idle_probe_s=0.0)
+                                   warmup_s=0.3, idle_probe_s=0.0, starts=1)
     base.update(kw)
     return RaceConfig(**base)  # type: ignore[arg-type]
 

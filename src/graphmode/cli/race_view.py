@@ -55,6 +55,7 @@ class RaceOptions:
     cell_s: float | None = None
     cell_warmup_s: float | None = None
     metrics: str | None = None
+    starts: int | None = None
 
 
 T = TypeVar("T")
@@ -83,7 +84,7 @@ def race_config(args: list[str], o: RaceOptions, s: Settings) -> RaceConfig:
     )
     try:
         rule = SequentialRule(delta=_pick(o.delta, r.delta), confidence=_pick(o.confidence, r.confidence),
-                              min_rounds=_pick(o.min_rounds, r.min_rounds))
+                              min_rounds=_pick(o.min_rounds, r.min_rounds), start_margin=r.start_margin)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     return RaceConfig(
@@ -92,7 +93,7 @@ def race_config(args: list[str], o: RaceOptions, s: Settings) -> RaceConfig:
         kv_cache_memory_bytes=_pick(o.kv_cache_memory_bytes, r.kv_cache_memory_bytes),
         gpu_memory_utilization=r.gpu_memory_utilization, stagger_s=_pick(o.stagger_s, r.stagger_s),
         cell_s=_pick(o.cell_s, r.cell_s), warmup_s=_pick(o.cell_warmup_s, r.warmup_s),
-        idle_probe_s=r.idle_probe_s,
+        idle_probe_s=r.idle_probe_s, starts=_pick(o.starts, r.starts), block_rounds=r.block_rounds,
     )
 
 
@@ -186,7 +187,8 @@ def _cell(verdict: str, ratio: float | None, lo: float | None, hi: float | None)
 def print_summary(summary: RaceSummary, out: Console) -> None:
     out.print(f"race {summary.race_id}: {summary.stop_reason}; {summary.rounds_run} rounds this session "
               f"({summary.rounds_before} before), {summary.cells_ok} cells ok, {summary.cells_failed} failed, "
-              f"{summary.engine_starts} engine starts, {summary.gpu_min:.1f} GPU-min "
+              f"{summary.engine_starts} engine starts ({summary.restarts} restarts, {summary.restart_wall_s:.0f} s), "
+              f"{summary.gpu_min:.1f} GPU-min "
               f"({summary.gpu_min_total:.1f} in all)", highlight=False, markup=False)
     for line in summary.lines():
         out.print("  " + line, highlight=False, markup=False)
@@ -205,7 +207,8 @@ def run_race(ctx: typer.Context, o: RaceOptions, s: Settings) -> None:
         arms = ", ".join(f"{a.name}:{a.port}" for a in racer.arms)
         console.print(f"race {racer.key}: {arms}; {len(racer.cells)} workloads "
                       f"({', '.join(w.name for w in racer.order)}); {racer.rounds_before} rounds already "
-                      f"measured; budget {config.budget_min:g} GPU-min, δ {config.rule.delta:g}, "
+                      f"measured; {config.starts} starts per arm; budget {config.budget_min:g} GPU-min, "
+                      f"δ {config.rule.delta:g}, "
                       f"{config.rule.confidence:.0%} intervals", highlight=False, markup=False)
         if o.dry_run:
             console.print("vLLM command: " + shlex.join([*config.profile.command, *config.profile.vllm_args]),

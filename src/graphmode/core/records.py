@@ -200,7 +200,7 @@ class RaceInfo(_Flat):
     position: int | None = Field(None, description="place in the round's order (0 = first)")
     live_engines: int | None = Field(None, description="engines resident on the GPU during the round")
     port: int | None = None
-    start_id: str | None = Field(None, description="which engine start: session run id + arm")
+    start_id: str | None = Field(None, description="which engine start: session run id + arm (+ start number)")
     session_t0: float | None = Field(None, description="wall clock when this session began starting engines")
     round_t0: float | None = Field(None, description="wall clock when the round began")
     starts_wall_s: float | None = Field(None, description="wall time to bring every engine of the session up")

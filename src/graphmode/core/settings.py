@@ -78,6 +78,14 @@ class RaceSettings(BaseModel):
         description="replaces --gpu-memory-utilization when a KV share is given (vLLM's start-up free-memory check)",
     )
     idle_probe_s: float = Field(default=0.5, ge=0, description="GPU utilisation sampled with every engine idle")
+    starts: int = Field(
+        default=2, ge=1, le=10,
+        description="engine starts behind every arm's rounds; 'better'/'equivalent' need two (start effect)",
+    )
+    block_rounds: int = Field(default=2, ge=1, description="rounds per (arm start, default start) before a restart")
+    start_margin: float = Field(
+        default=0.10, ge=0, lt=1, description="added to ln(1+δ) for a 'worse' verdict from fewer starts than wanted",
+    )
 
 
 class SelectorSettings(BaseModel):

@@ -23,10 +23,32 @@ How
     4. Stop when every arm is decided, the design has no open workload, or the GPU-minutes (wall time of
        every session of this race, engine starts included) reach the budget.
 
+Several starts per arm (``starts``, default 2)
+    Pairing inside a round removes the host's drift but not the engine start: the first H200 races' A/A arm
+    read 0.90× (0.82–0.99) on one shape. So every arm is restarted until its rounds come from ``starts``
+    engine starts, and :mod:`graphmode.profiling.sequential` takes (arm start, default start) blocks as the
+    unit of replication. Restarts come in *waves at a round boundary*, the default alone, then every live
+    challenger (the A/A arm included) together, alternating: with two starts each that gives the chain of
+    blocks (A1, D1), (A1, D2), (A2, D2), three blocks from two starts, where restarting both at once would
+    give two. A wave starts once every live arm has ``block_rounds`` rounds in its current block (the
+    first block ``max(min_rounds, block_rounds)``, so that clearly slower modes are called "worse" from one
+    start and stopped before they cost a restart).
+
+    Why waves at a boundary rather than rounds going on while one engine restarts: the default is in
+    every pair, so while it restarts no round pairs anything; and restarting the challengers one at a time
+    under live rounds would put one start's compile and graph capture (host CPU, GPU) beside every cell
+    measured meanwhile, and cost one start per challenger, where starts overlapped on one GPU take about
+    one start's time (six engines: 114–240 s cold, one engine 60–90 s warm). So a wave costs about one
+    warm start of dead time, and ``starts`` = N costs ``2(N − 1)`` waves. An arm keeps its compile cache
+    (``VLLM_CACHE_ROOT``) across its restarts: every start after the first is warm.
+
 Resume
     The race key is the profile key plus the race settings that shape a verdict. A new session with the
     same key reads the race's rows, reuses every measured round, starts only arms still undecided and
-    numbers its rounds after the last one. An arm whose engine died in an earlier session is tried again
+    numbers its rounds after the last one. Each arm's starts that measured a round in earlier sessions
+    count towards ``starts`` (a session necessarily starts its engines anew: a resume adds a start to
+    every arm it races, and restarts only what still lacks starts). ``starts`` is not part of the race key,
+    so a race run with one start can be resumed with two. An arm whose engine died in an earlier session is tried again
     (a failure is not a verdict); within a session a failed arm stays down.
 
 Idle load
@@ -90,6 +112,8 @@ class RaceConfig:
     warmup_s: float = 2.0
     idle_probe_s: float = 0.5
     separate_caches: bool = True  # each arm its own VLLM_CACHE_ROOT unless the environment sets one
+    starts: int = 2  # engine starts behind every arm's rounds (the default's too)
+    block_rounds: int = 2  # rounds in a block before the next restart wave
 
 
 @dataclass
@@ -105,6 +129,17 @@ class Arm:
     failure: str | None = None
     idle_since: Counters | None = None
     stop_reason: str | None = None
+    starts_before: int = 0  # starts that measured a round in earlier sessions of this race
+    session_starts: int = 0
+    run_id: str = ""
+
+    @property
+    def starts(self) -> int:
+        return self.starts_before + self.session_starts
+
+    @property
+    def start_id(self) -> str:
+        return f"{self.run_id}:{self.name}:{self.session_starts}"
 
     @property
     def is_default(self) -> bool:
@@ -141,6 +176,8 @@ class RaceSummary:
     cells_ok: int = 0
     cells_failed: int = 0
     engine_starts: int = 0
+    restarts: int = 0  # of engine_starts: restart waves' (several starts per arm)
+    restart_wall_s: float = 0.0
     starts_wall_s: float | None = None
     gpu_min: float = 0.0  # this session
     gpu_min_total: float = 0.0  # every session of this race
@@ -195,6 +232,10 @@ class Racer:
         self.order = spread_order(self.cells)
         self.by_name = {w.name: w for w in self.cells}
         self.key = race_key(self.profiler.key, config, self.cells)
+        if config.starts < 1 or config.block_rounds < 1:
+            raise ValueError("starts and block_rounds must be at least 1")
+        # "better"/"equivalent" wait for the starts the race will make (sequential.py)
+        self.rule = dataclasses.replace(config.rule, min_starts=max(config.rule.min_starts, config.starts))
         self.arms = self._arms()
         self.table = RoundTable()
         self.prior_gpu_s = 0.0
@@ -207,9 +248,9 @@ class Racer:
     def _arms(self) -> list[Arm]:
         p = self.config.profile
         modes = [m for m in dict.fromkeys([DEFAULT_MODE, *p.modes])]
-        arms = [Arm(m.value, m, p.port + i) for i, m in enumerate(modes)]
+        arms = [Arm(m.value, m, p.port + i, run_id=self.run_id) for i, m in enumerate(modes)]
         if self.config.control:
-            arms.append(Arm(CONTROL_ARM, DEFAULT_MODE, p.port + len(arms)))
+            arms.append(Arm(CONTROL_ARM, DEFAULT_MODE, p.port + len(arms), run_id=self.run_id))
         return arms
 
     @property
@@ -234,6 +275,8 @@ class Racer:
         rounds = [int(r["race_round"]) for r in rows if r.get("race_round") is not None]
         self.next_round = max(rounds) + 1 if rounds else 0
         self.rounds_before = len(self.table.rounds)
+        for arm in self.arms:
+            arm.starts_before = len(self.table.start_ids(arm.name))
 
     @property
     def _session_prefix(self) -> str:
@@ -245,7 +288,7 @@ class Racer:
 
     def verdicts(self) -> dict[str, ArmVerdicts]:
         names = [w.name for w in self.cells]
-        return {a.name: arm_verdicts(self.table, a.name, self.config.metrics, self.config.rule, names)
+        return {a.name: arm_verdicts(self.table, a.name, self.config.metrics, self.rule, names)
                 for a in self.challengers}
 
     # ------------------------------------------------------------------ the race
@@ -285,15 +328,20 @@ class Racer:
         summary.open_reasons = self._open_reasons(summary.verdicts, summary.stop_reason)
         return summary
 
-    def _start(self, arms: list[Arm], t0: float, summary: RaceSummary) -> None:
+    def _start(self, arms: list[Arm], t0: float, summary: RaceSummary, restart: bool = False) -> None:
         """Start *arms* overlapped (``stagger_s`` apart); wait until every one is healthy or failed."""
         c = self.config
         p = c.profile
+        for arm in arms:
+            arm.session_starts += 1
+            arm.state, arm.startup = "pending", StartupInfo()
         self.reporter.engines_starting(arms)
+        wave_t0 = time.time()
 
         def start(i: int, arm: Arm) -> None:
             time.sleep(i * c.stagger_s)
-            log = p.log_dir / f"{self.run_id}-{arm.name}.log"
+            suffix = f"-{arm.session_starts}" if arm.session_starts > 1 else ""
+            log = p.log_dir / f"{self.run_id}-{arm.name}{suffix}.log"
             env = dict(p.env)
             if c.separate_caches and "VLLM_CACHE_ROOT" not in {**os.environ, **env}:
                 # Engines that start at once would write one compile cache (the default and CONTROL
@@ -322,7 +370,11 @@ class Racer:
         for t in threads:
             t.join()
         summary.engine_starts += len(arms)
-        self.starts_wall_s = summary.starts_wall_s = round(time.time() - t0, 1)
+        if restart:
+            summary.restarts += len(arms)
+            summary.restart_wall_s += round(time.time() - wave_t0, 1)
+        else:
+            self.starts_wall_s = summary.starts_wall_s = round(time.time() - t0, 1)
         for arm in arms:
             if arm.fingerprint is not None:
                 arm.fingerprint.torch_version = torch_version
@@ -375,6 +427,30 @@ class Racer:
                     self._stop(arm, "decided on every metric", state="decided")
             spent = self.prior_gpu_s / 60 + (time.time() - t0) / 60
             self.reporter.round_finished(round_, verdicts, spent)
+            if spent < c.budget_min:
+                self._restart_wave(default, t0, summary)
+
+    def _restart_wave(self, default: Arm, t0: float, summary: RaceSummary) -> None:
+        """Restart the default, or the live challengers lacking starts, once every live arm's current block
+        has its rounds (see the module docstring); the default and a challenger never in one wave."""
+        c = self.config
+        live = [a for a in self.challengers if a.state == "live"]
+        if c.starts <= 1 or default.state != "live" or not live:
+            return
+        for arm in live:
+            first = arm.starts == 1 and default.starts == 1
+            need = max(self.rule.min_rounds, c.block_rounds) if first else c.block_rounds
+            if self.table.current_block_rounds(arm.name, arm.start_id, default.start_id) < need:
+                return
+        if default.starts < c.starts and default.starts <= min(a.starts for a in live):
+            wave = [default]
+        else:
+            wave = [a for a in live if a.starts < min(c.starts, default.starts)]
+        if not wave:
+            return
+        for arm in wave:
+            self._stop(arm, f"restarted for start {arm.starts + 1} of {c.starts}", state="pending")
+        self._start(wave, t0, summary, restart=True)
 
     def _open_workloads(self, live: list[Arm]) -> set[str]:
         verdicts = self.verdicts()
@@ -421,7 +497,8 @@ class Racer:
         if record.status == "ok":
             summary.cells_ok += 1
             lat = record.latency
-            self.table.add(arm.name, round_, workload.name, {m: getattr(lat, m, None) for m in self.config.metrics})
+            self.table.add(arm.name, round_, workload.name, {m: getattr(lat, m, None) for m in self.config.metrics},
+                           start=arm.start_id)
         else:
             summary.cells_failed += 1
         self.reporter.cell_finished(record)
@@ -429,7 +506,7 @@ class Racer:
     def _info(self, arm: Arm, round_: int, pos: int | None, live: int | None, round_t0: float | None,
               t0: float) -> RaceInfo:
         return RaceInfo(id=self.key, round=round_, arm=arm.name, requested_mode=arm.mode.value, position=pos,
-                        live_engines=live, port=arm.port, start_id=f"{self.run_id}:{arm.name}", session_t0=t0,
+                        live_engines=live, port=arm.port, start_id=arm.start_id, session_t0=t0,
                         round_t0=round_t0, starts_wall_s=self.starts_wall_s)
 
     def _fail(self, arm: Arm, workload: Workload, round_: int, reason: str, t0: float,

@@ -4,6 +4,10 @@ A cell is (arm, round) → (workload, metric values). An *arm* is a mode raced a
 (``FULL``, ``NONE``, ...), the default itself, or ``CONTROL``: a second engine of the default raced like a
 challenger (the A/A arm). A round's paired observation for an arm is ``ln(arm / default)`` of a metric, on
 the round's one workload; :mod:`graphmode.profiling.sequential` turns the observations into verdicts.
+
+Each cell also names its engine start (``race_start_id``), so every observation carries its *block*
+(the arm's start, the default's start): with two starts or more of each, the blocks, not the rounds, are
+the unit of replication, and the A/A arm's blocks measure how much a start alone moves latency.
 """
 
 from __future__ import annotations
@@ -15,7 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphmode.core.modes import DEFAULT_MODE
-from graphmode.profiling.sequential import Decision, SequentialRule, sequential_decision
+from graphmode.profiling.sequential import (
+    ONE_BLOCK,
+    BetweenStarts,
+    Block,
+    Decision,
+    SequentialRule,
+    between_from_aa,
+    sequential_decision,
+)
 
 DEFAULT_ARM = DEFAULT_MODE.value
 CONTROL_ARM = "CONTROL"
@@ -29,10 +41,29 @@ class RoundTable:
     """Every ok cell of one race: (arm, round) → (workload, metric → value)."""
 
     cells: dict[tuple[str, int], tuple[str, dict[str, float]]] = field(default_factory=dict)
+    starts: dict[tuple[str, int], str] = field(default_factory=dict)  # (arm, round) -> engine start id
 
-    def add(self, arm: str, round_: int, workload: str, values: Mapping[str, float | None]) -> None:
+    def add(self, arm: str, round_: int, workload: str, values: Mapping[str, float | None],
+            start: str | None = None) -> None:
         clean = {m: float(v) for m, v in values.items() if v is not None and math.isfinite(v) and v > 0}
         self.cells[(arm, round_)] = (workload, clean)
+        self.starts[(arm, round_)] = start or ""
+
+    def blocked(self, arm: str, metric: str, workload: str | None = None) -> tuple[list[float], list[Block]]:
+        """The log-ratios of :meth:`pairs` and each one's block (the arm's start, the default's start)."""
+        ys, blocks = [], []
+        for r, _, y in self.pairs(arm, metric, workload):
+            ys.append(y)
+            blocks.append((self.starts.get((arm, r), ""), self.starts.get((DEFAULT_ARM, r), "")))
+        return ys, blocks
+
+    def current_block_rounds(self, arm: str, arm_start: str, default_start: str) -> int:
+        """Rounds in which *arm*'s start *arm_start* and the default's *default_start* both measured ok."""
+        return sum(1 for (a, r) in self.cells if a == arm and self.starts.get((a, r)) == arm_start
+                   and self.starts.get((DEFAULT_ARM, r)) == default_start and (DEFAULT_ARM, r) in self.cells)
+
+    def start_ids(self, arm: str) -> set[str]:
+        return {s for (a, _), s in self.starts.items() if a == arm}
 
     @property
     def rounds(self) -> list[int]:
@@ -93,11 +124,23 @@ def arm_verdicts(table: RoundTable, arm: str, metrics: Sequence[str], rule: Sequ
     per-workload interval is therefore taken at ``1 - (1 - confidence) / workloads``.
     """
     names = sorted(set(workloads) if workloads is not None else {w for w, _ in table.cells.values()})
-    pooled = {m: sequential_decision([y for _, _, y in table.pairs(arm, m)], rule) for m in metrics}
+    between = {m: aa_between(table, m) if arm != CONTROL_ARM else None for m in metrics}
+    pooled = {m: _decide(table.blocked(arm, m), rule, between[m]) for m in metrics}
     per = workload_rule(rule, len(names))
-    by_workload = {(m, w): sequential_decision([y for _, _, y in table.pairs(arm, m, w)], per)
-                   for m in metrics for w in names}
+    by_workload = {(m, w): _decide(table.blocked(arm, m, w), per, between[m]) for m in metrics for w in names}
     return ArmVerdicts(arm, pooled, by_workload)
+
+
+def _decide(data: tuple[list[float], list[Block]], rule: SequentialRule, between: BetweenStarts | None) -> Decision:
+    return sequential_decision(data[0], rule, data[1], between)
+
+
+def aa_between(table: RoundTable, metric: str) -> BetweenStarts | None:
+    """The start variance the A/A arm (CONTROL) measured on *metric*, if the race had one."""
+    ys, blocks = table.blocked(CONTROL_ARM, metric)
+    if not ys or all(b == ONE_BLOCK for b in blocks):
+        return None
+    return between_from_aa(ys, blocks)
 
 
 def workload_rule(rule: SequentialRule, workloads: int) -> SequentialRule:
@@ -105,7 +148,7 @@ def workload_rule(rule: SequentialRule, workloads: int) -> SequentialRule:
     if workloads <= 1:
         return rule
     return SequentialRule(delta=rule.delta, confidence=1 - (1 - rule.confidence) / workloads,
-                          min_rounds=rule.min_rounds)
+                          min_rounds=rule.min_rounds, min_starts=rule.min_starts)
 
 
 def table_from_rows(rows: Iterable[Mapping[str, Any]], metrics: Sequence[str] = RACE_METRICS) -> RoundTable:
@@ -114,5 +157,6 @@ def table_from_rows(rows: Iterable[Mapping[str, Any]], metrics: Sequence[str] = 
     for r in rows:
         if r.get("status") != "ok" or r.get("race_round") is None or not r.get("race_arm"):
             continue
-        table.add(str(r["race_arm"]), int(r["race_round"]), str(r["workload"]), {m: r.get(m) for m in metrics})
+        table.add(str(r["race_arm"]), int(r["race_round"]), str(r["workload"]), {m: r.get(m) for m in metrics},
+                  start=str(r.get("race_start_id") or ""))
     return table

@@ -10,9 +10,33 @@ Data
     interval and keeps the pooled verdict open; the per-workload verdicts (the same rule on one
     workload's rounds) then say where it helps.
 
-Interval
-    The two-sided ``confidence`` (default 95%) Student t interval of the mean of ``y``:
-    ``mean ± t_{(1+c)/2, n-1} · sd / sqrt(n)`` (scipy.stats.t), mapped back to a ratio with ``exp``.
+    Every round also names the engine *starts* it compared: ``(mode's start, default's start)``, its
+    *block*. Pairing in time removes the host's drift but not the start: on the H200 an A/A arm (two
+    starts of the default) read 0.90× (0.82–0.99) over 12 rounds. Model:
+    ``y = θ + a_i − d_j + e`` with ``a_i``, ``d_j`` the starts' effects (variance ``τ²`` each) and ``e``
+    the round's noise (variance ``σ²``). Rounds of one block share ``a_i − d_j``, so with one start each
+    the per-round interval below is an interval for ``θ + a_1 − d_1``, not for ``θ``.
+
+Interval with one start of the mode or of the default (or data without start ids)
+    The two-sided ``confidence`` (default 95%) Student t interval of the mean of ``y`` over its ``n``
+    rounds: ``mean ± t_{(1+c)/2, n-1} · sd / sqrt(n)`` (scipy.stats.t), mapped back to a ratio with ``exp``.
+
+Interval with at least two starts of the mode and two of the default (:func:`block_interval`)
+    The unit of replication is the block. ``b_k`` is the mean of ``y`` over block ``k``'s rounds, ``K`` the
+    number of blocks, ``θ̂ = mean_k b_k``.
+
+    * ``K ≥ 3``: the t interval across block means, ``θ̂ ± t_{(1+c)/2, K-1} · sqrt(D) · s_b / sqrt(K)``,
+      ``s_b`` the sd of the ``b_k``. Blocks that share a start are correlated (the race's staggered restarts
+      give the chain (A1,D1), (A1,D2), (A2,D2)), which ``s_b`` does not see: ``D`` is the design effect
+      ``Var(θ̂) / E[s_b²/K]`` under the model with ``σ² = 0`` (the start effect dominating, the conservative
+      end): with ``S_kl`` = number of starts blocks ``k`` and ``l`` share (2 on the diagonal),
+      ``D = (ΣS / K²) / ((2K − ΣS/K) / (K(K−1)))``. Disjoint blocks give ``D = 1``; the chain of three
+      gives ``D = 2.5``.
+    * ``K = 2``: with the A/A arm's start variance ``τ̂²`` (:func:`between_from_aa`, ``m`` A/A blocks):
+      ``Var(θ̂) = (ΣS/K²) · τ̂² + (Σ_k 1/n_k / K²) · σ̂²``, ``σ̂²`` the pooled within-block variance
+      (``Σ(n_k − 1)`` df), and ``θ̂ ± t_{(1+c)/2, ν} · sqrt(Var)`` with Welch–Satterthwaite ``ν``. Without an
+      A/A arm (or with one round per block) there is no interval: "better" and "equivalent" are refused
+      ("needs more starts").
 
 Rules, with margin ``δ`` (default 3%), after at least ``min_rounds`` (default 3) rounds:
     * **worse** when the interval's lower bound is above ``ln(1 + δ)``: the mode is more than δ slower;
@@ -22,6 +46,15 @@ Rules, with margin ``δ`` (default 3%), after at least ``min_rounds`` (default 3
       procedure run with the two-sided interval, so each one-sided test is at level ``(1-c)/2``
       (2.5% at 95%): stricter than the textbook TOST at 5%.
     * otherwise **undecided**.
+
+    "Better" and "equivalent" also need ``min_starts`` starts of the mode and of the default (the race's
+    ``--starts``), and at least two of each whenever the rounds as a whole have two. From fewer (or from two
+    blocks without an A/A arm), only "worse" is taken, on the per-round interval and with the start's
+    possible share added to the margin: the lower bound must clear ``ln(1 + δ) + start_margin`` (default
+    0.10 ≈ ln(1/0.903), the H200 A/A arm's start effect). That stops clearly slower modes (NONE, PIECEWISE)
+    before they cost a restart, while a mode that only drew a slow start stays in the race: simulated A/A
+    races with a start effect of 7% per start were called "worse" from their first start in a third of
+    races without the allowance.
 
 A verdict is taken at the first round whose interval crosses a boundary and then stands
 (:func:`sequential_decision`). Every round is a look at the data, so the nominal error rates hold per
@@ -33,6 +66,7 @@ false-positive rate that results.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -42,6 +76,8 @@ from scipy import stats
 
 Verdict = Literal["better", "worse", "equivalent", "undecided"]
 DECIDED: frozenset[str] = frozenset({"better", "worse", "equivalent"})
+Block = tuple[str, str]  # (the mode's engine start, the default's engine start)
+ONE_BLOCK: Block = ("", "")
 
 
 @dataclass(frozen=True)
@@ -49,6 +85,8 @@ class SequentialRule:
     delta: float = 0.03
     confidence: float = 0.95
     min_rounds: int = 3
+    min_starts: int = 1  # starts of the mode and of the default before "better" or "equivalent"
+    start_margin: float = 0.10  # added to ln(1+δ) for "worse" from too few starts
 
     def __post_init__(self) -> None:
         if not 0 < self.delta < 1:
@@ -57,6 +95,18 @@ class SequentialRule:
             raise ValueError(f"confidence must be in [0.5, 1), got {self.confidence}")
         if self.min_rounds < 2:
             raise ValueError(f"min_rounds must be at least 2 (a t interval needs two), got {self.min_rounds}")
+        if self.min_starts < 1:
+            raise ValueError(f"min_starts must be at least 1, got {self.min_starts}")
+        if not 0 <= self.start_margin < 1:
+            raise ValueError(f"start_margin must be in [0, 1), got {self.start_margin}")
+
+
+@dataclass(frozen=True)
+class BetweenStarts:
+    """How much one engine start moves ln latency: ``tau2`` per start, from ``blocks`` A/A blocks."""
+
+    tau2: float
+    blocks: int
 
 
 @dataclass(frozen=True)
@@ -67,6 +117,8 @@ class Decision:
     lo: float | None  # the interval, as ratios
     hi: float | None
     why: str
+    starts: int = 1  # distinct engine starts behind the rounds: the fewer of the mode's and the default's
+    blocks: int = 1  # distinct (mode start, default start) pairs behind the rounds
 
     @property
     def decided(self) -> bool:
@@ -76,7 +128,8 @@ class Decision:
         if self.ratio is None:
             return f"{self.verdict} ({self.why})"
         ci = f" [{self.lo:.3f}, {self.hi:.3f}]" if self.lo is not None and self.hi is not None else ""
-        return f"{self.verdict}: {self.ratio:.3f}×{ci}, {self.n} rounds"
+        starts = f", {self.starts} starts ({self.blocks} blocks)" if self.starts > 1 else ""
+        return f"{self.verdict}: {self.ratio:.3f}×{ci}, {self.n} rounds{starts}"
 
 
 def interval(log_ratios: Sequence[float], confidence: float) -> tuple[float, float, float]:
@@ -91,41 +144,149 @@ def interval(log_ratios: Sequence[float], confidence: float) -> tuple[float, flo
     return mean, mean - half, mean + half
 
 
-def decide(log_ratios: Sequence[float], rule: SequentialRule = SequentialRule()) -> Decision:
-    """The verdict on the rounds so far (see the module docstring for the rules)."""
-    ys = [float(v) for v in log_ratios if math.isfinite(v)]
+def starts_of(blocks: Sequence[Block]) -> int:
+    """Distinct starts behind *blocks*: the fewer of the mode's and the default's."""
+    if not blocks:
+        return 0
+    return min(len({a for a, _ in blocks}), len({d for _, d in blocks}))
+
+
+def _by_block(log_ratios: Sequence[float], blocks: Sequence[Block]) -> dict[Block, list[float]]:
+    out: dict[Block, list[float]] = defaultdict(list)  # insertion order: blocks as they first appear
+    for y, b in zip(log_ratios, blocks, strict=True):
+        out[b].append(y)
+    return out
+
+
+def _shared(keys: Sequence[Block]) -> float:
+    """ΣS: over every ordered pair of blocks (a block with itself included), the starts they share."""
+    return float(sum((a == b) + (c == d) for a, c in keys for b, d in keys))
+
+
+def _pooled_within(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """Pooled within-block variance and its degrees of freedom."""
+    ss = sum(float(np.sum((np.asarray(g) - np.mean(g)) ** 2)) for g in groups)
+    df = sum(len(g) - 1 for g in groups)
+    return (ss / df if df > 0 else math.nan), df
+
+
+def design_effect(keys: Sequence[Block]) -> float:
+    """Var(mean of block means) / E[s_b²/K] when start effects dominate (see the module docstring)."""
+    k = len(keys)
+    total = _shared(keys)
+    return (total / k**2) / ((2 * k - total / k) / (k * (k - 1)))
+
+
+def block_interval(log_ratios: Sequence[float], blocks: Sequence[Block], confidence: float,
+                   between: BetweenStarts | None = None) -> tuple[float, float, float, str] | None:
+    """(mean, lower, upper, how) in log space with blocks as the unit, or None when no interval is possible."""
+    groups = _by_block(log_ratios, blocks)
+    keys = list(groups)
+    k = len(keys)
+    means = [float(np.mean(g)) for g in groups.values()]
+    mean = float(np.mean(means))
+    q = (1 + confidence) / 2
+    if k >= 3:
+        d = design_effect(keys)
+        half = float(stats.t.ppf(q, k - 1)) * math.sqrt(d) * float(np.std(means, ddof=1)) / math.sqrt(k)
+        return mean, mean - half, mean + half, f"t over {k} start blocks (design effect {d:.2f})"
+    if k != 2 or between is None or between.blocks < 1:
+        return None
+    s2w, dfw = _pooled_within(list(groups.values()))
+    if dfw < 1:
+        return None
+    a = _shared(keys) / k**2 * between.tau2
+    b = sum(1 / len(g) for g in groups.values()) / k**2 * s2w
+    var = a + b
+    if var <= 0:
+        return None
+    df = var**2 / ((a**2 / between.blocks if a > 0 else 0.0) + (b**2 / dfw if b > 0 else 0.0))
+    half = float(stats.t.ppf(q, df)) * math.sqrt(var)
+    return mean, mean - half, mean + half, f"2 start blocks + A/A start variance ({df:.1f} df)"
+
+
+def between_from_aa(log_ratios: Sequence[float], blocks: Sequence[Block]) -> BetweenStarts | None:
+    """The start variance τ² from the A/A arm's rounds: its true ratio is 1, so each block mean ``b`` has
+    ``E[b²] = 2τ² + σ²/n``; ``τ̂² = mean(b²) / 2`` keeps the ``σ²/n`` part (errs wide)."""
+    ys = [(y, b) for y, b in zip(log_ratios, blocks, strict=True) if math.isfinite(y)]
+    if not ys:
+        return None
+    groups = _by_block([y for y, _ in ys], [b for _, b in ys])
+    return BetweenStarts(tau2=float(np.mean([np.mean(g) ** 2 for g in groups.values()])) / 2, blocks=len(groups))
+
+
+def decide(log_ratios: Sequence[float], rule: SequentialRule = SequentialRule(),
+           blocks: Sequence[Block] | None = None, between: BetweenStarts | None = None,
+           more_starts: bool = False) -> Decision:
+    """The verdict on the rounds so far (see the module docstring for the rules).
+
+    *blocks* names each round's (mode start, default start) (None: one start each); *between* is the A/A
+    arm's start variance; *more_starts* says the race's rounds as a whole have two starts of each side,
+    so that one-start looks must not settle "better" or "equivalent".
+    """
+    bs = list(blocks) if blocks is not None else [ONE_BLOCK] * len(log_ratios)
+    pairs = [(float(y), b) for y, b in zip(log_ratios, bs, strict=True) if math.isfinite(y)]
+    ys, bs = [y for y, _ in pairs], [b for _, b in pairs]
     n = len(ys)
+    starts, k = starts_of(bs), len(set(bs))
     if n == 0:
-        return Decision("undecided", 0, None, None, None, "no paired round yet")
+        return Decision("undecided", 0, None, None, None, "no paired round yet", 0, 0)
     if n < max(rule.min_rounds, 2):
         return Decision("undecided", n, math.exp(sum(ys) / n), None, None,
-                        f"{n} of the {rule.min_rounds} rounds needed before a verdict")
-    mean, lo, hi = interval(ys, rule.confidence)
+                        f"{n} of the {rule.min_rounds} rounds needed before a verdict", starts, k)
+    need = max(rule.min_starts, 2 if more_starts else 1)
+    pct = f"{rule.confidence:.0%}"
+    iv = block_interval(ys, bs, rule.confidence, between) if starts >= 2 else None
+    if iv is not None:
+        mean, lo, hi, how = iv
+        allow, note = True, ""
+        pct = f"{pct} ({how})"
+    else:
+        mean, lo, hi = interval(ys, rule.confidence)
+        allow = starts >= need and starts < 2
+        note = (f"needs more starts: {k} start blocks and no A/A arm to measure the start effect" if starts >= 2
+                else f"needs {need} engine starts of the mode and of the default before better or equivalent "
+                     f"({starts} so far)")
     up, down = math.log1p(rule.delta), math.log1p(-rule.delta)
     ratio, rlo, rhi = math.exp(mean), math.exp(lo), math.exp(hi)
-    pct = f"{rule.confidence:.0%}"
-    if lo > up:
-        return Decision("worse", n, ratio, rlo, rhi, f"{pct} interval above 1+δ ({1 + rule.delta:.3f})")
+    worse_at = up if allow else up + rule.start_margin  # too few starts: the start may be all of it
+    if lo > worse_at:
+        extra = "" if allow else f" and the start margin ({math.exp(worse_at):.3f}, {k} start blocks)"
+        return Decision("worse", n, ratio, rlo, rhi, f"{pct} interval above 1+δ ({1 + rule.delta:.3f}){extra}",
+                        starts, k)
+    settled = None
     if hi < down:
-        return Decision("better", n, ratio, rlo, rhi, f"{pct} interval below 1-δ ({1 - rule.delta:.3f})")
-    if -up <= lo and hi <= up:
-        return Decision("equivalent", n, ratio, rlo, rhi, f"{pct} interval inside [1/(1+δ), 1+δ] (TOST)")
-    return Decision("undecided", n, ratio, rlo, rhi, _open_reason(lo, hi, up, down))
+        settled = Decision("better", n, ratio, rlo, rhi, f"{pct} interval below 1-δ ({1 - rule.delta:.3f})",
+                           starts, k)
+    elif -up <= lo and hi <= up:
+        settled = Decision("equivalent", n, ratio, rlo, rhi, f"{pct} interval inside [1/(1+δ), 1+δ] (TOST)",
+                           starts, k)
+    if settled is not None:
+        return settled if allow else Decision("undecided", n, ratio, rlo, rhi,
+                                              f"{note}; one start reads {settled.verdict}", starts, k)
+    why = _open_reason(lo, hi, up, down)
+    return Decision("undecided", n, ratio, rlo, rhi, why if allow else f"{why}; {note}", starts, k)
 
 
-def sequential_decision(log_ratios: Sequence[float], rule: SequentialRule = SequentialRule()) -> Decision:
+def sequential_decision(log_ratios: Sequence[float], rule: SequentialRule = SequentialRule(),
+                        blocks: Sequence[Block] | None = None, between: BetweenStarts | None = None) -> Decision:
     """The verdict at the first round whose interval crossed a boundary, else the open one over all rounds.
 
     A race looks after every round and acts on the first crossing (it stops the engine once every metric
     has one), so a verdict, once reached, stands: rounds measured later for another metric's sake do not
-    reopen it. Replaying the rounds in order gives the same answer from the dataset.
+    reopen it. Replaying the rounds in order gives the same answer from the dataset: a look that saw one
+    start of each side settles "better" or "equivalent" only when the rounds as a whole have no second
+    start either (the race was run with ``--starts 1``, or stopped before it restarted anything).
     """
-    ys = [float(v) for v in log_ratios if math.isfinite(v)]
+    bs = list(blocks) if blocks is not None else [ONE_BLOCK] * len(log_ratios)
+    pairs = [(float(y), b) for y, b in zip(log_ratios, bs, strict=True) if math.isfinite(y)]
+    ys, bs = [y for y, _ in pairs], [b for _, b in pairs]
+    more = starts_of(bs) >= 2
     for n in range(max(rule.min_rounds, 2), len(ys) + 1):
-        d = decide(ys[:n], rule)
+        d = decide(ys[:n], rule, bs[:n], between, more)
         if d.decided:
             return d
-    return decide(ys, rule)
+    return decide(ys, rule, bs, between, more)
 
 
 def _open_reason(lo: float, hi: float, up: float, down: float) -> str:

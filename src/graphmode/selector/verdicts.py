@@ -21,6 +21,11 @@ A region verdict overrides the pooled one where the pooled verdict is open and t
 workload has a decided verdict (the effect depends on the workload). Without race rows for the shape and
 metric the decision is None and the unpaired tie rule stands.
 
+Every round carries its block (the mode's engine start, the default's: ``race_start_id`` within its race),
+so with two starts or more of each the statistics take blocks, not rounds, as the unit of replication
+(:mod:`graphmode.profiling.sequential`), and ``RaceVerdict.starts`` is the number of distinct starts behind
+the verdict's rounds, the fewer of the mode's and the default's.
+
 One engine start per arm is not enough for "better". Pairing inside a round cancels the host's drift but
 not the engine start: the A/A arm of the first H200 races (two starts of the default, 2026-12-01) put one
 start at 0.90× the other on the Qwen2.5-0.5B shape's ITL (95% interval 0.82–0.99, 12 rounds). So a
@@ -41,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graphmode.core.modes import DEFAULT_MODE
 from graphmode.profiling.race_rounds import CONTROL_ARM, DEFAULT_ARM, RACE_METRICS, RoundTable, arm_verdicts
-from graphmode.profiling.sequential import SequentialRule
+from graphmode.profiling.sequential import Decision, SequentialRule
 from graphmode.selector.featurize import shape_key, shape_of_row
 
 VerdictKind = Literal["better", "worse", "equivalent", "undecided"]
@@ -67,7 +72,8 @@ class RaceVerdict(BaseModel):
     confidence: float
     why: str = ""
     features: dict[str, float] = Field(default_factory=dict, description="region: the default's observed features")
-    starts: int = Field(1, ge=1, description="engine starts behind the rounds (the fewer of mode and default)")
+    starts: int = Field(1, ge=1, description="engine starts behind the verdict's rounds (the fewer of mode and "
+                                               "default)")
 
     def describe(self) -> str:
         where = f" on {self.workload}" if self.workload else ""
@@ -92,12 +98,11 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = Sequ
                                                      for r in shape_rows}))}
         table = RoundTable()
         feats: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-        starts: dict[str, set[str]] = defaultdict(set)
         for r in shape_rows:
             arm = str(r["race_arm"])
-            starts[arm].add(f"{r.get('race_id')}/{r.get('race_start_id')}")
+            # a start is (race, start id): rows without a start id count as one start per race
             table.add(arm, index[(str(r.get("race_id")), int(r["race_round"]))], str(r["workload"]),
-                      {m: r.get(m) for m in metrics})
+                      {m: r.get(m) for m in metrics}, start=f"{r.get('race_id')}/{r.get('race_start_id') or ''}")
             if arm == DEFAULT_ARM:
                 for f in REGION_FEATURES:
                     v = r.get("obs_" + f)
@@ -107,21 +112,21 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = Sequ
             if arm == DEFAULT_ARM:
                 continue
             v = arm_verdicts(table, arm, metrics, rule)
-            n_starts = max(1, min(len(starts[arm]), len(starts[DEFAULT_ARM])))
             for metric, d in v.pooled.items():
-                out.append(_verdict(shape, arm, metric, None, d, rule, {}, n_starts))
+                out.append(_verdict(shape, arm, metric, None, d, rule, {}))
             for (metric, workload), d in sorted(v.by_workload.items()):
                 if d.n:
                     region = {f: float(sum(xs) / len(xs)) for f, xs in feats[workload].items() if xs}
-                    out.append(_verdict(shape, arm, metric, workload, d, rule, region, n_starts))
+                    out.append(_verdict(shape, arm, metric, workload, d, rule, region))
     return out
 
 
-def _verdict(shape: str, arm: str, metric: str, workload: str | None, d: Any, rule: SequentialRule,
-             features: dict[str, float], starts: int) -> RaceVerdict:
+def _verdict(shape: str, arm: str, metric: str, workload: str | None, d: Decision, rule: SequentialRule,
+             features: dict[str, float]) -> RaceVerdict:
+    # starts behind the verdict: the rounds up to its first crossing (the fewer of the mode's and the default's)
     return RaceVerdict(shape=shape, mode=arm, metric=metric, workload=workload, verdict=d.verdict, rounds=d.n,
                        ratio=d.ratio, lo=d.lo, hi=d.hi, delta=rule.delta, confidence=rule.confidence, why=d.why,
-                       features=features, starts=starts)
+                       features=features, starts=max(1, d.starts))
 
 
 class EquivalentMode(BaseModel):
