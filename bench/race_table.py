@@ -35,12 +35,7 @@ from graphmode.selector.verdicts import RaceVerdict, race_verdicts  # noqa: E402
 
 
 def cell(v: RaceVerdict | None) -> str:
-    if v is None:
-        return "-"
-    if v.ratio is None:
-        return f"{v.verdict} (n={v.rounds})"
-    ci = f" [{v.lo:.2f}–{v.hi:.2f}]" if v.lo is not None and v.hi is not None else ""
-    return f"{v.verdict} {v.ratio:.3f}×{ci} n={v.rounds} s={v.starts}"
+    return "-" if v is None else v.cell()
 
 
 def aa_line(pooled: dict[tuple[str, str], RaceVerdict], metrics: list[str]) -> str:

@@ -26,17 +26,8 @@ def shape_names(card: ModelCard) -> dict[str, str]:
     return out
 
 
-def cell(v: RaceVerdict | None) -> str:
-    if v is None:
-        return "–"
-    if v.ratio is None:
-        return f"{v.verdict} (n={v.rounds})"
-    ci = f" [{v.lo:.2f}–{v.hi:.2f}]" if v.lo is not None and v.hi is not None else ""
-    return f"{v.verdict} {v.ratio:.3f}×{ci} n={v.rounds}"
-
-
 def tables(card: ModelCard) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(shape name, header, rows) per raced shape: mode, one cell per metric, engine starts."""
+    """(shape name, header, rows) per raced shape: mode and one cell per metric (n rounds, s engine starts)."""
     pooled: dict[str, list[RaceVerdict]] = defaultdict(list)
     for v in card.race:
         if v.workload is None:
@@ -48,16 +39,15 @@ def tables(card: ModelCard) -> list[tuple[str, list[str], list[list[str]]]]:
         by = {(v.mode, v.metric): v for v in vs}
         modes = sorted({v.mode for v in vs}, key=lambda m: (m == CONTROL, m))
         rows = [[("A/A: 2nd start of the default" if m == CONTROL else m),
-                 *(cell(by.get((m, k))) for k in metrics),
-                 str(min(v.starts for v in vs if v.mode == m))] for m in modes]
-        out.append((names.get(shape, shape), ["mode", *metrics, "starts"], rows))
+                 *(by[(m, k)].cell() if (m, k) in by else "–" for k in metrics)] for m in modes]
+        out.append((names.get(shape, shape), ["mode", *metrics], rows))
     return out
 
 
 def markdown(card: ModelCard) -> list[str]:
     if not card.race:
         return []
-    lines = ["", "## Races: each mode against vLLM's default (ratio, 95% interval, rounds)", ""]
+    lines = ["", "## Races: each mode against vLLM's default (ratio, 95% interval, n rounds, s engine starts)", ""]
     for name, head, rows in tables(card):
         lines += [f"**{name}**", "", _md_row(head), _md_row(["---"] * len(head)), *(_md_row(r) for r in rows), ""]
     return lines[:-1]

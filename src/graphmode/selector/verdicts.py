@@ -75,6 +75,13 @@ class RaceVerdict(BaseModel):
     starts: int = Field(1, ge=1, description="engine starts behind the verdict's rounds (the fewer of mode and "
                                                "default)")
 
+    def cell(self) -> str:
+        """A table cell: ``better 0.768× [0.62–0.95] n=8 s=1`` (rounds n, engine starts s)."""
+        if self.ratio is None:
+            return f"{self.verdict} (n={self.rounds})"
+        ci = f" [{self.lo:.2f}–{self.hi:.2f}]" if self.lo is not None and self.hi is not None else ""
+        return f"{self.verdict} {self.ratio:.3f}×{ci} n={self.rounds} s={self.starts}"
+
     def describe(self) -> str:
         where = f" on {self.workload}" if self.workload else ""
         if self.ratio is None:
