@@ -260,8 +260,9 @@ def test_open_window_cap_and_full_slots(models_dir: Path, monkeypatch: pytest.Mo
     app = create_app(_settings(TOKEN, open_max_window_s=0.5), models_dir=models_dir, target=None)
     srv = UvicornThread(app).start()
     try:
-        with FakeVllmMetrics() as vllm, httpx.Client(base_url=srv.url, trust_env=False, timeout=30) as c:
-            long = {"server_url": vllm.url, "window_s": 1.5, "interval_s": 0.25}
+        vllm = FakeVllmMetrics()
+        with vllm.serving() as vllm_url, httpx.Client(base_url=srv.url, trust_env=False, timeout=30) as c:
+            long = {"server_url": vllm_url, "window_s": 1.5, "interval_s": 0.25}
             r = c.post("/v1/recommend", json=long)
             assert r.status_code == 422 and "needs the service token" in r.json()["detail"][0]["msg"]
             r = c.post("/v1/recommend", json=long, headers={"Authorization": "Bearer wrong"})
@@ -326,7 +327,6 @@ def test_two_retrain_jobs_in_a_row_through_the_real_retrain(models_dir: Path, tm
         "grid": _tiny_grid(["a", "b", "c"]),
         "modes": ["FULL", "NONE"],
         "regressor": "mean",
-        "classifier": "decision_tree",
     }
     try:
         with httpx.Client(base_url=srv.url, trust_env=False, timeout=30) as c:
