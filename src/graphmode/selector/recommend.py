@@ -389,7 +389,8 @@ class Recommender:
         return self._table(x)
 
     def _table(self, x: np.ndarray) -> dict[str, dict[str, float | None]]:
-        y = np.exp(self._reg(_design(x[None, :])[0]))
+        with np.errstate(over="ignore"):  # far outside the data a prediction overflows: None below, not a warning
+            y = np.exp(self._reg(_design(x[None, :])[0]))
         nm = self._n_metrics
         table: dict[str, dict[str, float | None]] = {}
         for i, mode in enumerate(self.modes):
