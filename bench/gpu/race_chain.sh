@@ -21,6 +21,8 @@
 # the same arguments only waits (up to WAIT_S) and collects. The source tree is copied to /tmp/gmsrc when
 # the chain starts, so later device calls (which lay the working tree anew) cannot change code mid-race.
 # Into $OUT: $RACE_TAG-SHAPE.sqlite per shape started so far (SQLite backups), logs.tgz, summary.txt.
+# GM_SITE picks the release's site dir (/tmp/site: vLLM 0.24; /tmp/site-0.33); its .env, written by
+# unpack.sh, adds the CUDA library setup the probe chose (LD_PRELOAD or LD_LIBRARY_PATH).
 set -uo pipefail
 wait_s="$1"; shift
 assign=()
@@ -39,10 +41,13 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
   done
   printf '%q ' "$@" > "$work/race-options"
   echo "$tag" > "$work/race-tag"
+  echo "${GM_SITE:-/tmp/site}" > "$work/race-site"
   # shellcheck disable=SC2016
   setsid nohup bash -c '
-    work=/tmp/gmr; opts=$(cat "$work/race-options"); tag=$(cat "$work/race-tag")
-    export PYTHONPATH="/tmp/site:/tmp/gmsrc" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
+    work=/tmp/gmr; opts=$(cat "$work/race-options"); tag=$(cat "$work/race-tag"); site=$(cat "$work/race-site")
+    PYTHONPATH="$site"
+    if [ -f "$site.env" ]; then . "$site.env"; fi
+    export PYTHONPATH="$PYTHONPATH:/tmp/gmsrc" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
     for a in "$@"; do
       IFS=: read -r shape kv flag budget <<< "$a"
       mkdir -p "$work/model-$shape"; cp "$work/shapes/$shape.json" "$work/model-$shape/config.json"
