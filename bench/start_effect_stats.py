@@ -96,11 +96,11 @@ def _r_interval(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, int]
     return r, math.tanh(z - half), math.tanh(z + half), n
 
 
-def analyse(cells: pd.DataFrame, cell: str, metric: str) -> dict[str, object]:
+def analyse(cells: pd.DataFrame, cell: str, metric: str) -> dict[str, Any]:
     df = cells[(cells.cell == cell) & cells[metric].notna() & (cells[metric] > 0)].copy()
     df["start"] = df.slot.astype(str) + "." + df.start_no.astype(str)
     y = np.log(df[metric].to_numpy(float))
-    out: dict[str, object] = {"cell": cell, "metric": metric, "n_cells": len(df), "n_starts": df.start.nunique(),
+    out: dict[str, Any] = {"cell": cell, "metric": metric, "n_cells": len(df), "n_starts": df.start.nunique(),
                               "n_rounds": df["round"].nunique()}
     # Clock: rounds on top of starts.
     f, p, d1, d2 = _f_test(df, y, ["start"], ["start", "round"])
@@ -197,7 +197,7 @@ def _corr(r: dict[str, Any], name: str) -> str:
     return "—" if math.isnan(rr) else f"{rr:+.2f} [{lo:+.2f}, {hi:+.2f}] (n {n})"
 
 
-def report(res: list[dict[str, object]], starts_file: pd.DataFrame | None, md: bool) -> str:
+def report(res: list[dict[str, Any]], starts_file: pd.DataFrame | None, md: bool) -> str:
     lines: list[str] = []
     sep = "|" if md else " "
 
@@ -209,8 +209,8 @@ def report(res: list[dict[str, object]], starts_file: pd.DataFrame | None, md: b
     if md:
         row(*["---"] * 9)
     for r in res:
-        s_lo, s_hi = r["start_ci"]  # type: ignore[misc]
-        e_lo, e_hi = r["resid_ci"]  # type: ignore[misc]
+        s_lo, s_hi = r["start_ci"]
+        e_lo, e_hi = r["resid_ci"]
         row(r["cell"], r["metric"], f"{r['n_cells']}/{r['n_starts']}/{r['n_rounds']}",
             f"{cv(r['start_sd']):.1f} [{cv(s_lo):.1f}–{cv(s_hi):.1f}]", f"{r['start_F']:.2f} ({r['start_p']:.2g})",
             f"{cv(r['round_sd']):.1f}", f"{r['clock_F']:.2f} ({r['clock_p']:.2g})",
@@ -223,19 +223,19 @@ def report(res: list[dict[str, object]], starts_file: pd.DataFrame | None, md: b
         row(*["---"] * 10)
     for r in res:
         warm = r.get("warm")
-        w = f"{ratio(warm[0])} [{ratio(warm[1])}–{ratio(warm[2])}] ({warm[3]})" if warm else "—"  # type: ignore[index]
+        w = f"{ratio(warm[0])} [{ratio(warm[1])}–{ratio(warm[2])}] ({warm[3]})" if warm else "—"
         row(r["cell"], r["metric"], _arm(r, "pinned"), _arm(r, "sync"), w, _noise(r, "pinned"), _noise(r, "sync"),
             _corr(r, "sm"), _corr(r, "temp"), _corr(r, "mhz"))
     lines.append("")
-    first = res[0]["starts"]  # type: ignore[index]
+    first = res[0]["starts"]
     row("start (slot.n)", "arm", "cold", *[f"{r['cell']} {r['metric'].split('_')[0]} level" for r in res])
     if md:
         row(*["---"] * (3 + len(res)))
-    for key in first.index:  # type: ignore[union-attr]
-        arm_name = first.loc[key, "arm"]  # type: ignore[union-attr]
+    for key in first.index:
+        arm_name = first.loc[key, "arm"]
         levels = []
         for r in res:
-            st = r["starts"]  # type: ignore[assignment]
+            st = r["starts"]
             levels.append(f"{math.exp(st.loc[key, 'lvl']):.3f}" if key in st.index else "—")
         row(key, arm_name, "yes" if key.endswith(".1") else "no", *levels)
     if starts_file is not None and not starts_file.empty:
