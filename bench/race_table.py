@@ -74,15 +74,23 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.datasets:
         with ProfileStore(path, readonly=True) as store:
             rows += store.rows()
-    names = {shape_key(shape_of_row(r)): _shape_name(r) for r in rows}
-    by_shape: dict[str, list[RaceVerdict]] = defaultdict(list)
-    for v in race_verdicts(rows, rule, metrics):
-        by_shape[v.shape].append(v)
+    # Races of one shape under different vLLM releases are not pooled: a release can move a verdict.
+    by_release: dict[str, list[dict[str, object]]] = defaultdict(list)
+    for r in rows:
+        by_release[str(r.get("fp_vllm_version") or "?").split("+")[0]].append(r)
+    releases = len(by_release) > 1
+    names: dict[tuple[str, str], str] = {}
+    by_shape: dict[tuple[str, str], list[RaceVerdict]] = defaultdict(list)
+    for release, group in by_release.items():
+        for r in group:
+            names[(shape_key(shape_of_row(r)), release)] = _shape_name(r) + (f", vLLM {release}" if releases else "")
+        for v in race_verdicts(group, rule, metrics):
+            by_shape[(v.shape, release)].append(v)
     costs = {c.shape: c for path in args.datasets for c in dataset_costs(path) if c.kind == "race"}
     out: list[str] = []
-    for shape, vs in sorted(by_shape.items(), key=lambda kv: names.get(kv[0], kv[0])):
-        name = names.get(shape, shape)
-        c = costs.get(name)
+    for shape, vs in sorted(by_shape.items(), key=lambda kv: names.get(kv[0], kv[0][0])):
+        name = names.get(shape, shape[0])
+        c = costs.get(name.split(", vLLM ")[0]) if not releases else None
         cost = (f": {c.gpu_s / 60:.1f} GPU-min, {c.rounds} rounds, {c.cells} cells, {c.starts} engine starts"
                 if c else "")
         out += ["", f"{'### ' if args.markdown else ''}{name}{cost}", ""]

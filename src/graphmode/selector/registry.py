@@ -97,6 +97,18 @@ def _minor(v: str | None) -> str | None:
     return f"{m.group(1)}.{m.group(2)}" if m else v
 
 
+def _closeness(a: str, b: str) -> float:
+    """Below 1, more for nearer releases: an unprofiled vLLM gets the model of the release closest to it."""
+    def parts(v: str) -> tuple[int, int] | None:
+        m = re.match(r"(\d+)\.(\d+)", v)
+        return (int(m.group(1)), int(m.group(2))) if m else None
+
+    pa, pb = parts(a), parts(b)
+    if pa is None or pb is None:
+        return 0.0
+    return 0.5 / (1 + 100 * abs(pa[0] - pb[0]) + abs(pa[1] - pb[1]))
+
+
 def _norm(v: str | None) -> str | None:
     return v.strip().lower() if isinstance(v, str) and v.strip() else None
 
@@ -137,7 +149,7 @@ def _match_one(model_id: str, fp: Fingerprint, t: Fingerprint) -> FingerprintMat
     elif t.vllm_version == fp.vllm_version:
         score += 4
     else:
-        score += 2 if _minor(t.vllm_version) == _minor(fp.vllm_version) else 0
+        score += 2 if _minor(t.vllm_version) == _minor(fp.vllm_version) else _closeness(t.vllm_version, fp.vllm_version)
         diffs.append(f"vLLM {t.vllm_version} vs model's {fp.vllm_version}")
     if not t.model_config_hash and not t.model_architecture:
         unknown.append("model")
@@ -211,7 +223,7 @@ def select_model(
     if m.kind == "unspecified" and len(entries) > 1:
         m.warnings = [
             f"target fingerprint unknown and {len(entries)} models exist: using {chosen.model_id} "
-            "(most rows, newest); pass --model-id or a target to choose"
+            "(most rows, newest); pass --vllm-version or --server to pick by release, or --model-id"
         ]
     return chosen, m
 

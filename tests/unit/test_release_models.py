@@ -1,0 +1,51 @@
+"""The bundled models per vLLM release: recommend picks the one of the deployment's release, and says so when
+it has to fall back to the nearest profiled release."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graphmode.core.records import Fingerprint
+from graphmode.selector.registry import list_models, match_card, select_model
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+H200 = "NVIDIA H200"
+
+
+def _release(model_id: str) -> str:
+    return model_id.split("-vllm", 1)[1].split("-", 1)[0]
+
+
+def test_one_bundled_model_per_profiled_release() -> None:
+    releases = sorted(_release(e.model_id) for e in list_models(MODELS) if e.card is not None)
+    assert releases == ["0.24.0", "0.33.0"]
+
+
+@pytest.mark.parametrize("release", ["0.24.0", "0.33.0"])
+def test_the_deployments_release_picks_its_model(release: str) -> None:
+    entry, match = select_model(MODELS, target=Fingerprint(gpu_name=H200, vllm_version=release))
+    assert _release(entry.model_id) == release
+    assert match.kind == "compatible" and not match.warnings and not match.stale
+
+
+@pytest.mark.parametrize(("asked", "nearest"), [("0.25.1", "0.24.0"), ("0.31.0", "0.33.0"), ("0.35.0", "0.33.0"),
+                                                ("0.24.1", "0.24.0")])
+def test_an_unprofiled_release_gets_the_nearest_and_says_so(asked: str, nearest: str) -> None:
+    entry, match = select_model(MODELS, target=Fingerprint(gpu_name=H200, vllm_version=asked))
+    assert _release(entry.model_id) == nearest
+    assert match.kind == "nearest" and match.stale
+    assert any(f"vLLM {asked} vs model's {nearest}" in w for w in match.warnings)
+
+
+def test_a_patch_release_is_nearer_than_another_minor() -> None:
+    cards = {_release(e.model_id): e.card for e in list_models(MODELS) if e.card is not None}
+    target = Fingerprint(gpu_name=H200, vllm_version="0.33.2")
+    assert match_card(cards["0.33.0"], target).score > match_card(cards["0.24.0"], target).score
+
+
+def test_without_a_release_the_model_with_most_rows_answers_and_says_there_is_a_choice() -> None:
+    entry, match = select_model(MODELS, target=None)
+    assert _release(entry.model_id) == "0.24.0"
+    assert any("2 models exist" in w for w in match.warnings)
