@@ -124,7 +124,12 @@ class StartupInfo(_Flat):
     vllm_version: str | None = None
     architecture: str | None = None
     model_runner: str | None = Field(None, description="source file that logged model loading/capture")
+    model_runner_v2: bool | None = Field(
+        None, description="'Using V2 Model Runner' (True) or vLLM's fallback to the V1 runner (False); None if unsaid")
     attention_backend: str | None = None
+    flash_attn_version: int | None = Field(None, description="'Using FlashAttention version N'")
+    breakable_cudagraph: bool | None = Field(
+        None, description="True when vLLM announced breakable CUDA graphs (vLLM >= 0.29); None if unsaid")
     dynamo_s: float | None = None
     compile_s: float | None = Field(None, description="'torch.compile took N s in total'")
     model_load_gib: float | None = None

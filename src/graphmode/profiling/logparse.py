@@ -23,6 +23,9 @@ __all__ = ["CUDAGRAPH_MODES", "LogTail", "parse_startup_log", "parse_startup_log
 CUDAGRAPH_MODES: Final = frozenset({"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"})
 
 _NUM: Final = r"(\d+(?:\.\d+)?)"
+# Graph memory is free memory before minus after capture, so engines starting side by side on one GPU make
+# it negative (vLLM 0.33 race logs: "took -8.25 GiB"); kept as printed, since the time on that line is good.
+_SIGNED_NUM: Final = r"(-?\d+(?:\.\d+)?)"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _SOURCE = re.compile(r"\[(?:[\w.\-]*/)*([\w\-]+)\.py:\d+\]")
 
@@ -52,7 +55,8 @@ _MODE_BY_VALUE: Final = {
 # vllm/platforms/*.py). The first group is the mode it switched to.
 _MODE_CHANGES: Final = (
     re.compile(r"setting cudagraph_mode ?(?:=|to) ?(\w+)", re.IGNORECASE),
-    re.compile(r"Overriding cudagraph_mode (?:from \w+ )?to (\w+)"),
+    # "to B", "from A to B", and 0.33's "Overriding cudagraph_mode A to NONE" (stock torch.compile on V2).
+    re.compile(r"Overriding cudagraph_mode (?:(?:from )?\w+ )?to (\w+)"),
     re.compile(r"Cudagraph mode \S+ .*Overriding to (?:CUDAGraphMode\.)?(\w+)"),
     re.compile(r"cudagraph_mode will be set to (\w+)"),
 )
@@ -83,6 +87,17 @@ _MAX_CAPTURE_SIZE: Final = re.compile(r"'max_cudagraph_capture_size': (\d+)")
 _CAPTURE_PROGRESS: Final = re.compile(r"Capturing CUDA graphs? \(([^()]+)\):[^|]*\|[^|]*\|\s*(\d+)/(\d+)")
 _LOG_PREFIX: Final = re.compile(r"^.*?\[[\w.\-]+\.py:\d+\]\s*")
 
+# Yes/no facts vLLM states in a line of its own; the last such line wins, none leaves the field ``None``.
+# Model Runner V2: gpu_worker.py says it is in use; config/vllm.py says when it falls back to V1.
+# Breakable CUDA graphs (vLLM >= 0.29): auto-enabled per architecture or by VLLM_USE_BREAKABLE_CUDAGRAPH=1.
+_FLAGS: Final = (
+    (re.compile(r"Using V2 Model Runner"), "model_runner_v2", True),
+    (re.compile(r"Model Runner V2 (?:does not yet support .*|requires \w+); using the V1 model runner"),
+     "model_runner_v2", False),
+    (re.compile(r"Breakable CUDA graph enabled|Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"),
+     "breakable_cudagraph", True),
+)
+
 
 def _float(text: str) -> float:
     return float(text.replace(",", ""))
@@ -98,19 +113,26 @@ def _str(text: str) -> str:
 
 @dataclass(frozen=True)
 class _Rule:
-    """A line pattern whose groups fill fields; of two rules for a field the lower ``priority`` wins."""
+    """A line pattern whose groups fill fields; of two rules for a field the lower ``priority`` wins.
+
+    Of two lines matching rules of the same priority the first wins, or the last when ``last`` is set.
+    """
 
     pattern: re.Pattern[str]
     fields: tuple[tuple[str, Callable[[str], Any]], ...]
     priority: int = 0
+    last: bool = False
 
 
-def _rule(pattern: str, *fields: tuple[str, Callable[[str], Any]], priority: int = 0) -> _Rule:
-    return _Rule(re.compile(pattern), fields, priority)
+def _rule(
+    pattern: str, *fields: tuple[str, Callable[[str], Any]], priority: int = 0, last: bool = False
+) -> _Rule:
+    return _Rule(re.compile(pattern), fields, priority, last)
 
 
 _RULES: Final = (
-    _rule(r"vLLM API server version (\S+)", ("vllm_version", _str)),
+    # "vLLM API server version X" (older), "vLLM server version X, serving model M" (logo turned off).
+    _rule(r"vLLM (?:API )?server version ([^\s,]+)", ("vllm_version", _str)),
     _rule(r"Initializing a V\d LLM engine \(v([^)\s]+)\)", ("vllm_version", _str)),
     _rule(r"[█▄▀]\s+version (\d[^\s]*)", ("vllm_version", _str)),
     _rule(r"Resolved architecture: (\w+)", ("architecture", _str)),
@@ -122,6 +144,7 @@ _RULES: Final = (
         ("attention_backend", _str),
         priority=1,
     ),
+    _rule(r"Using FlashAttention version (\d+)", ("flash_attn_version", _int)),
     _rule(r"Dynamo bytecode transform time: " + _NUM + r" s", ("dynamo_s", _float)),
     _rule(r"torch\.compile took " + _NUM + r" s in total", ("compile_s", _float)),
     _rule(
@@ -129,13 +152,28 @@ _RULES: Final = (
         ("model_load_gib", _float),
         ("model_load_s", _float),
     ),
+    # Model Runner V2 with graph-memory profiling (vLLM 0.33) captures twice, once to measure and once for
+    # the graphs it serves with; the last line is the capture that stays (and matches the pool's "actual").
     _rule(
-        r"Graph capturing finished in " + _NUM + r" secs?, took " + _NUM + r" GiB",
+        r"Graph capturing finished in " + _NUM + r" secs?, took " + _SIGNED_NUM + r" GiB",
         ("capture_s", _float),
         ("graph_gib", _float),
+        last=True,
     ),
     _rule(r"Estimated CUDA graph memory: " + _NUM + r" GiB", ("estimated_graph_gib", _float)),
+    # V2 prints no "Estimated" line; its estimate is only in the pool summary after the capture.
+    _rule(
+        r"CUDA graph pool memory: -?[\d.]+ GiB \(actual\), " + _NUM + r" GiB \(estimated\)",
+        ("estimated_graph_gib", _float),
+        priority=1,
+    ),
     _rule(r"Available KV cache memory: " + _NUM + r" GiB", ("kv_cache_gib", _float)),
+    # With --kv-cache-memory-bytes vLLM skips memory profiling and reports the reservation instead.
+    _rule(
+        r"reserved " + _NUM + r" GiB memory for KV Cache as specified by kv_cache_memory_bytes",
+        ("kv_cache_gib", _float),
+        priority=1,
+    ),
     # The CPU worker reports the KV cache it reserved as "(Auto|Explicitly) set (kv/total) GiB for KV cache".
     _rule(r"(?:Auto|Explicitly) set \(" + _NUM + r"/[\d.]+\) GiB for KV cache", ("kv_cache_gib", _float)),
     _rule(r"KV cache size: (\d[\d,]*) tokens", ("kv_cache_tokens", _int)),
@@ -157,7 +195,7 @@ def _apply_rules(line: str, found: dict[str, tuple[int, Any]]) -> None:
             continue
         for index, (name, convert) in enumerate(rule.fields, start=1):
             held = found.get(name)
-            if held is not None and held[0] <= rule.priority:
+            if held is not None and (held[0] < rule.priority or (held[0] == rule.priority and not rule.last)):
                 continue
             try:
                 found[name] = (rule.priority, convert(match.group(index)))
@@ -248,8 +286,12 @@ def parse_startup_log(text: str, requested_mode: str | None = None) -> StartupIn
     max_size: int | None = None
     counts: dict[str, int] = {}
     downgrades: list[str] = []
+    flags: dict[str, bool] = {}
     for line in _lines(text):
         _apply_rules(line, found)
+        for flag_pattern, flag_name, flag_value in _FLAGS:
+            if flag_pattern.search(line):
+                flags[flag_name] = flag_value
         labels.extend(match.group(1).strip() for match in _CAPTURE_LABEL.finditer(line))
         if runner is None and _RUNNER_EVENT.search(line):
             source = _SOURCE.search(line)
@@ -276,6 +318,7 @@ def parse_startup_log(text: str, requested_mode: str | None = None) -> StartupIn
     captured = bool(labels) or values.get("capture_s") is not None
     return StartupInfo(
         **values,
+        **flags,
         model_runner=runner,
         capture_labels=_unique_in_order(labels),
         capture_sizes=sizes,
