@@ -149,7 +149,8 @@ def _match_one(model_id: str, fp: Fingerprint, t: Fingerprint) -> FingerprintMat
     elif t.vllm_version == fp.vllm_version:
         score += 4
     else:
-        score += 2 if _minor(t.vllm_version) == _minor(fp.vllm_version) else _closeness(t.vllm_version, fp.vllm_version)
+        same_minor = _minor(t.vllm_version) == _minor(fp.vllm_version)
+        score += 2 if same_minor else _closeness(t.vllm_version, fp.vllm_version or "")
         diffs.append(f"vLLM {t.vllm_version} vs model's {fp.vllm_version}")
     if not t.model_config_hash and not t.model_architecture:
         unknown.append("model")
