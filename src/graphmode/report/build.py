@@ -109,8 +109,9 @@ def build_report(
     from graphmode.report.capture import insert_section
 
     text = insert_section(text, datasets)
-    from graphmode.report import race
+    from graphmode.report import configs, race
 
+    text = configs.insert_section(text, data.configurations)
     text = race.insert_section(text, model.card if model is not None else None)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,7 @@ import numpy as np
 from graphmode.core.dataset import ProfileStore
 from graphmode.core.errors import DatasetError
 from graphmode.core.modes import ALL_MODES, DEFAULT_MODE, parse_mode
+from graphmode.report.configs import Configuration, configurations
 from graphmode.selector.aggregate import (
     ITL_COALESCED_RATIO,
     TrainingSet,
@@ -269,6 +270,7 @@ class ReportData:
     modes: list[str]
     duplicates: int = 0
     notes: list[str] = field(default_factory=list)
+    configurations: list[Configuration] = field(default_factory=list)  # deployment × vLLM release (configs.py)
 
     @property
     def hosts(self) -> list[Host]:
@@ -498,7 +500,8 @@ def load_report_data(paths: Sequence[Path], *, shapes_dir: Path | None = None) -
                     v = verdict(s, w, metric)
                     if v is not None:
                         w.verdicts[metric] = v
-    return ReportData(sources, shapes, failed, modes, duplicates, notes)
+    return ReportData(sources, shapes, failed, modes, duplicates, notes,
+                      configurations([r for _, r in rows], names))
 
 
 def _shape_view(

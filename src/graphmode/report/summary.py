@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from graphmode.report.configs import markdown as configs_markdown
 from graphmode.report.data import ReportData, headline
 from graphmode.report.decision import LoadedModel
 from graphmode.report.race import markdown as race_markdown
@@ -52,6 +53,7 @@ def summary_markdown(data: ReportData, model: LoadedModel | None, command: str) 
         for s in [*model.cv.summaries, *model.cv.shape_cv]:
             lines.append(_row([s.objective, str(s.n), _pct(s.mean_regret_pct), _pct(s.max_regret_pct),
                                _pct(s.correct_pct), _pct(s.mean_gain_vs_default_pct), s.static_mode or "–"]))
+    lines += configs_markdown(data.configurations)
     if model is not None:
         lines += race_markdown(model.card)
     return "\n".join(lines) + "\n"

@@ -1,0 +1,123 @@
+"""The report's configuration axis: rows grouped by deployment and vLLM release, raced apart, never pooled."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from graphmode.core.modes import DEFAULT_MODE
+from graphmode.report import build_report
+from graphmode.report.configs import config_label, configurations, markdown, release, section
+from graphmode.report.data import load_report_data
+from graphmode.report.summary import summary_markdown
+from graphmode.selector.verdicts import race_verdicts
+
+D = DEFAULT_MODE.value
+REPO = Path(__file__).resolve().parents[2]
+PROFILES = REPO / "models" / "profiles"
+QWEN_024 = PROFILES / "race-h200-qwen2.5-0.5b.sqlite"
+QWEN_033 = PROFILES / "race-h200-vllm0.33-qwen2.5-0.5b.sqlite"
+
+
+def race_rows(race: str, full_itl: list[float], *, vllm: str = "0.24.0", backend: str = "FLASH_ATTN",
+              unknown: str = "[]") -> list[dict[str, Any]]:
+    """One race of FULL against the default on one shape: per round, FULL's ITL ratio to the default's 2 ms
+    (TTFT equal every round). The deployment columns are the ones the profiler writes."""
+    dep = {"dep_attention_backend": backend, "dep_attention_backend_source": "log",
+           "dep_attention_backend_requested": 0, "dep_tensor_parallel_size": 1, "dep_max_model_len": 4096,
+           "dep_unknown": unknown}
+    common = {"status": "ok", "race_id": race, "workload": "chat", "fp_model_config_hash": "abc123",
+              "fp_model_architecture": "Qwen2ForCausalLM", "fp_num_params_b": 0.49, "fp_gpu_name": "NVIDIA H200",
+              "fp_vllm_version": vllm, "ttft_p50": 0.01, **dep}
+    rows: list[dict[str, Any]] = []
+    for i, ratio in enumerate(full_itl):
+        rows.append({**common, "race_round": i, "race_arm": D, "mode": D, "itl_p50": 0.002})
+        rows.append({**common, "race_round": i, "race_arm": "FULL", "mode": "FULL", "itl_p50": 0.002 * ratio})
+    return rows
+
+
+def _full_itl(c: Any) -> Any:
+    (skey,) = c.shapes
+    return c.pooled(skey)[("FULL", "itl_p50")]
+
+
+@pytest.mark.parametrize("second", [{"vllm": "0.33.0"}, {"backend": "FLASHINFER"}])
+def test_two_configurations_are_raced_apart(second: dict[str, str]) -> None:
+    a = race_rows("r1", [0.80, 0.81, 0.79, 0.80, 0.80], vllm="0.24.0+cu129")
+    b = race_rows("r2", [1.30, 1.31, 1.29, 1.30, 1.30], **second)
+    got = configurations([*a, *b])
+    assert len(got) == 2 and len({c.label for c in got}) == 2
+    by = {c.label: c for c in got}
+    first = next(c for label, c in by.items() if ("0.24.0" in label and "FLASH_ATTN" in label))
+    other = next(c for c in got if c is not first)
+    fa, fb = _full_itl(first), _full_itl(other)
+    assert fa.verdict == "better" and fa.ratio == pytest.approx(0.80, abs=0.01)
+    assert fb.verdict == "worse" and fb.ratio == pytest.approx(1.30, abs=0.01)
+    # pooled over both, the shape would get a single verdict for both releases/backends: the axis keeps two
+    pooled = [v for v in race_verdicts([*a, *b]) if v.workload is None and v.mode == "FULL" and v.metric == "itl_p50"]
+    assert len(pooled) == 1 and (fa.verdict, fa.ratio) != (fb.verdict, fb.ratio)
+    assert first.ok_rows == len(a) and other.ok_rows == len(b)
+
+    page = section(got)
+    options = re.findall(r"<option value='(cfg\d)'>([^<]*)</option>", page)
+    assert [label for _, label in options] == [c.label for c in got]
+    blocks = {slug: page.split(f"id='{slug}'")[1].split("</div>")[0] for slug, _ in options}
+    assert len(blocks) == 2
+    assert fa.cell() in blocks[first.slug] and fb.cell() not in blocks[first.slug]
+    assert fb.cell() in blocks[other.slug] and fa.cell() not in blocks[other.slug]
+    assert "<script" in page and "src=" not in page  # self-contained filter
+
+    lines = markdown(got)
+    rows = [ln for ln in lines if ln.startswith("| H200")]
+    assert len(rows) == 2
+    assert any(fa.cell() in r and "| yes |" in r for r in rows) and any(fb.cell() in r for r in rows)
+
+
+def test_a_local_build_tag_is_the_same_release_and_labels_say_what_is_set() -> None:
+    assert release("0.24.0+cu129") == release("0.24.0") == "0.24.0" and release(None) is None
+    got = configurations([*race_rows("r1", [0.8] * 4, vllm="0.24.0+cu129"), *race_rows("r2", [0.8] * 4)])
+    assert len(got) == 1 and got[0].label == "H200 · vLLM 0.24.0 · FLASH_ATTN · unquantized · max_model_len 4096"
+    key = ("NVIDIA H200", "0.24.0", "FLASHINFER", ("ngram", 3), "fp8", 1024, None, 2, (60, 4, 2.7))
+    assert config_label(key) == ("H200 · vLLM 0.24.0 · FLASHINFER · TP=2 · fp8 · ngram k=3 · max_num_seqs 1024 · "
+                                 "MoE 60×4, 2.7B active")
+    # an element the row could not establish stays unknown and splits from a known value
+    unsure = configurations([*race_rows("r1", [0.8] * 4), *race_rows("r2", [0.8] * 4, unknown='["quantization"]')])
+    assert sorted(c.label for c in unsure) == [
+        "H200 · vLLM 0.24.0 · FLASH_ATTN · quantization ? · max_model_len 4096",
+        "H200 · vLLM 0.24.0 · FLASH_ATTN · unquantized · max_model_len 4096",
+    ]
+
+
+def test_an_unraced_configuration_says_so() -> None:
+    rows = [{**r, "race_round": None, "race_arm": None} for r in race_rows("r1", [0.8] * 3)]
+    (c,) = configurations(rows)
+    assert not c.raced() and c.tables() == []
+    assert "Not raced in this configuration" in section([c])
+    assert "| no |" in markdown([c])[-1]
+
+
+def test_the_committed_qwen_races_of_two_vllm_releases_are_two_configurations(tmp_path: Path) -> None:
+    if not (QWEN_024.is_file() and QWEN_033.is_file()):
+        pytest.skip("committed race datasets missing")
+    data = load_report_data([QWEN_024, QWEN_033], shapes_dir=REPO / "models" / "shapes")
+    qwen = [c for c in data.configurations if "qwen2.5-0.5b" in c.shapes.values()]
+    assert [c.key[1] for c in qwen] == ["0.24.0", "0.33.0"]
+    assert all(c.raced() and c.tables() for c in qwen)
+    # each release's verdicts are its own rows' (the 0.24.0 ones match the bundled 0.24.0 card's races)
+    old, new = (_full_itl(c) for c in qwen)
+    assert (old.rounds, old.ratio) != (new.rounds, new.ratio)
+    assert qwen[0].ok_rows == 55 and qwen[1].ok_rows == 90
+
+    summary = summary_markdown(data, None, "graphmode report --summary FILE")
+    table = summary.split("## Configurations")[1]
+    assert "vLLM 0.24.0" in table and "vLLM 0.33.0" in table and old.cell() in table and new.cell() in table
+
+    out = tmp_path / "r.html"
+    build_report([QWEN_024, QWEN_033], out, use_model=False)
+    page = out.read_text(encoding="utf-8").split("<section id='configurations'>")[1].split("</section>")[0]
+    options = re.findall(r"<option value='cfg\d'>([^<]*)</option>", page)
+    assert len(options) == 2 and "vLLM 0.24.0" in options[0] and "vLLM 0.33.0" in options[1]
+    assert old.cell() in page and new.cell() in page
