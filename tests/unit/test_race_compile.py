@@ -53,6 +53,10 @@ class Events(PlainRaceReporter):
         super().compiled(arm)
         self.events.append(("compiled", (arm.name,)))
 
+    def engine_failed(self, arm: Arm) -> None:
+        super().engine_failed(arm)
+        self.events.append(("failed", (arm.name,)))
+
     def engines_starting(self, arms: Sequence[Arm]) -> None:
         super().engines_starting(arms)
         self.events.append(("start", tuple(a.name for a in arms)))
@@ -73,11 +77,13 @@ def test_cold_caches_get_one_compile_wave_then_warm_measured_starts(tmp_path: Pa
     racer = Racer(config, store, events)
     assert all(not racer.cache_root(a).exists() for a in racer.arms)
     summary = racer.run()
+    assert not summary.failures, summary.failures
     names = (DEFAULT_ARM, "NONE", "FULL")
     # one compile wave of every arm, before any measured start or round
-    assert events.events[0] == ("compile", names)
-    assert sorted(e[1][0] for e in events.events[1:4]) == sorted(names) and {e[0] for e in events.events[1:4]} == {
-        "compiled"}
+    assert events.events[0] == ("compile", names), events.events
+    compiled = events.events[1:4]
+    why = (events.events, events.buf.getvalue())
+    assert sorted(e[1][0] for e in compiled) == sorted(names) and {e[0] for e in compiled} == {"compiled"}, why
     assert events.events[4] == ("start", names) and events.events[5][0] == "round"
     assert sum(1 for e in events.events if e[0] == "compile") == 1
     assert summary.compile_starts == 3 and summary.compile_wall_s >= COLD_S

@@ -40,7 +40,8 @@ Several starts per arm (``starts``, default 2)
     measured meanwhile, and cost one start per challenger, where starts overlapped on one GPU take about
     one start's time (six engines: 114–240 s cold, one engine 60–90 s warm). So a wave costs about one
     warm start of dead time, and ``starts`` = N costs ``2(N − 1)`` waves. An arm keeps its compile cache
-    (``VLLM_CACHE_ROOT``) across its restarts: every start after the first is warm.
+    (``VLLM_CACHE_ROOT``) across its restarts: every start after the first is warm, and with the compile
+    start below the first measured start is warm too.
 
 Compile start (``warm_compile``, default on)
     Before the first measured round of a session, every arm about to start whose compile cache is cold (its
