@@ -24,6 +24,12 @@ Environment knobs (for tests and benchmarks):
 ``FAKE_VLLM_EXIT_AFTER``     ``os._exit(3)`` when this many completion requests have arrived ...
 ``FAKE_VLLM_EXIT_MODE``      ... but only when serving this cudagraph mode (default: any mode)
 ``FAKE_VLLM_FAIL_AT_START``  comma-separated modes for which it exits with status 1 during start-up
+``FAKE_VLLM_COLD_STARTUP_S`` extra start-up seconds while its compile cache is cold (default 0)
+
+Like vLLM, a start writes its "compile cache" under ``$VLLM_CACHE_ROOT``:
+``torch_compile_cache/fake-MODE.json``, once, before it listens; a start that finds the directory missing or
+without any file is cold. Without ``VLLM_CACHE_ROOT`` it writes nothing (never into the tester's home) and
+every start is cold.
 """
 
 from __future__ import annotations
@@ -321,6 +327,21 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, str]:
     return args, model, mode
 
 
+def compile_cache(mode: str) -> bool:
+    """Write this mode's cache file under ``$VLLM_CACHE_ROOT`` unless there; whether the root was warm."""
+    root = os.path.expanduser(os.environ.get("VLLM_CACHE_ROOT", ""))
+    if not root:
+        return False
+    warm = os.path.isdir(root) and any(files for _, _, files in os.walk(root))
+    path = os.path.join(root, "torch_compile_cache", f"fake-{mode}.json")
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump({"mode": mode, "written_at": time.time()}, f)
+    log("EngineCore", "backends.py:1", f"Compile cache {'hit' if warm else 'miss'}: {root}")
+    return warm
+
+
 def main(argv: list[str]) -> int:
     args, model, mode = parse(argv)
     served = args.served_model_name or model
@@ -336,6 +357,8 @@ def main(argv: list[str]) -> int:
     log("EngineCore", "core.py:1", f"Initializing a V1 LLM engine (v{VERSION}) with config: model={model!r}, "
         f"compilation_config={{'cudagraph_mode': <CUDAGraphMode.{mode}: 0>}}")
     startup_s = float(os.environ.get("FAKE_VLLM_STARTUP_S", "0") or 0)
+    if not compile_cache(mode):
+        time.sleep(float(os.environ.get("FAKE_VLLM_COLD_STARTUP_S", "0") or 0))  # the compile
     time.sleep(startup_s / 2)
     log("EngineCore", "gpu_model_runner.py:1", f"Model loading took 0.12 GiB and {startup_s / 2:.6f} seconds")
     log("EngineCore", "gpu_worker.py:1", "Available KV cache memory: 10.00 GiB")

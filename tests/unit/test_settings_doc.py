@@ -53,6 +53,8 @@ def _value_for(type_text: str) -> tuple[str, Any]:
         return ("0.75", 0.75) if bounded else ("7.25", 7.25)
     if type_text.startswith("path"):
         return "/srv/gm-doc-test", Path("/srv/gm-doc-test")
+    if type_text.startswith("bool"):
+        return "false", False  # every bool setting defaults to true
     return "doc-test-value", "doc-test-value"
 
 

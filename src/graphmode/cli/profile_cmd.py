@@ -91,6 +91,9 @@ def register(app: typer.Typer) -> None:
         cell_warmup_s: float = typer.Option(None, "--cell-warmup-s", min=0, help="Race: most warm-up per cell."),
         metrics: str = typer.Option(None, "--race-metrics", help="Race: metrics decided (itl_p50,ttft_p50)."),
         starts: int = typer.Option(None, "--starts", min=1, max=10, help="Race: engine starts per arm (2)."),
+        warm_compile: bool = typer.Option(
+            None, "--warm-compile/--no-warm-compile",
+            help="Race: start an arm with a cold compile cache once, unmeasured, before its first round (on)."),
     ) -> None:
         """Start vLLM once per mode and run the workload grid against it; append one row per cell.
 
@@ -122,7 +125,8 @@ def register(app: typer.Typer) -> None:
                     log_dir=log_dir, startup_timeout=startup_timeout, dry_run=dry_run, control=control,
                     budget_min=budget_min, delta=delta, confidence=confidence, min_rounds=min_rounds,
                     max_rounds=max_rounds, kv_cache_memory_bytes=kv_bytes, stagger_s=stagger, cell_s=cell_s,
-                    cell_warmup_s=cell_warmup_s, metrics=metrics, starts=starts), s)
+                    cell_warmup_s=cell_warmup_s, metrics=metrics, starts=starts,
+                    warm_compile=warm_compile), s)
                 return
             grid_path = grid or s.profile.grid
             g = load_grid(grid_path)

@@ -56,6 +56,7 @@ class RaceOptions:
     cell_warmup_s: float | None = None
     metrics: str | None = None
     starts: int | None = None
+    warm_compile: bool | None = None
 
 
 T = TypeVar("T")
@@ -94,6 +95,7 @@ def race_config(args: list[str], o: RaceOptions, s: Settings) -> RaceConfig:
         gpu_memory_utilization=r.gpu_memory_utilization, stagger_s=_pick(o.stagger_s, r.stagger_s),
         cell_s=_pick(o.cell_s, r.cell_s), warmup_s=_pick(o.cell_warmup_s, r.warmup_s),
         idle_probe_s=r.idle_probe_s, starts=_pick(o.starts, r.starts), block_rounds=r.block_rounds,
+        warm_compile=_pick(o.warm_compile, r.warm_compile),
     )
 
 
@@ -109,6 +111,13 @@ class PlainRaceReporter:
 
     def _p(self, msg: str) -> None:
         self.out.print(msg, highlight=False, markup=False)
+
+    def compile_starting(self, arms: Sequence[Arm]) -> None:
+        self._p("compile start (cold compile cache; measures nothing): "
+                + ", ".join(f"{a.name} (port {a.port})" for a in arms))
+
+    def compiled(self, arm: Arm) -> None:
+        self._p(f"{arm.name}: compiled, up in {arm.startup.startup_s or 0:.0f} s; stopped for its measured start")
 
     def engines_starting(self, arms: Sequence[Arm]) -> None:
         self._p("starting " + ", ".join(f"{a.name} (port {a.port})" for a in arms))
@@ -167,6 +176,16 @@ class LiveRaceReporter(PlainRaceReporter):
         if self.live is not None:
             self.live.update(self.table())
 
+    def compile_starting(self, arms: Sequence[Arm]) -> None:
+        super().compile_starting(arms)
+        self.state = f"compile start of {len(arms)} engine{'s' if len(arms) != 1 else ''} (cold caches)"
+        self._refresh()
+
+    def engines_starting(self, arms: Sequence[Arm]) -> None:
+        super().engines_starting(arms)
+        self.state = f"starting {len(arms)} engine{'s' if len(arms) != 1 else ''}"
+        self._refresh()
+
     def round_starting(self, round_: int, workload: Workload, order: Sequence[Arm]) -> None:
         super().round_starting(round_, workload, order)
         self.state = f"round {round_} ({workload.name})"
@@ -188,6 +207,7 @@ def print_summary(summary: RaceSummary, out: Console) -> None:
     out.print(f"race {summary.race_id}: {summary.stop_reason}; {summary.rounds_run} rounds this session "
               f"({summary.rounds_before} before), {summary.cells_ok} cells ok, {summary.cells_failed} failed, "
               f"{summary.engine_starts} engine starts ({summary.restarts} restarts, {summary.restart_wall_s:.0f} s), "
+              f"{summary.compile_starts} compile starts ({summary.compile_wall_s:.0f} s), "
               f"{summary.gpu_min:.1f} GPU-min "
               f"({summary.gpu_min_total:.1f} in all)", highlight=False, markup=False)
     for line in summary.lines():
@@ -207,7 +227,9 @@ def run_race(ctx: typer.Context, o: RaceOptions, s: Settings) -> None:
         arms = ", ".join(f"{a.name}:{a.port}" for a in racer.arms)
         console.print(f"race {racer.key}: {arms}; {len(racer.cells)} workloads "
                       f"({', '.join(w.name for w in racer.order)}); {racer.rounds_before} rounds already "
-                      f"measured; {config.starts} starts per arm; budget {config.budget_min:g} GPU-min, "
+                      f"measured; {config.starts} starts per arm"
+                      f"{', a compile start for cold caches' if config.warm_compile else ''}; "
+                      f"budget {config.budget_min:g} GPU-min, "
                       f"δ {config.rule.delta:g}, "
                       f"{config.rule.confidence:.0%} intervals", highlight=False, markup=False)
         if o.dry_run:

@@ -83,6 +83,10 @@ class RaceSettings(BaseModel):
         description="engine starts behind every arm's rounds; 'better'/'equivalent' need two (start effect)",
     )
     block_rounds: int = Field(default=2, ge=1, description="rounds per (arm start, default start) before a restart")
+    warm_compile: bool = Field(
+        default=True,
+        description="start each arm whose compile cache is cold once, unmeasured, before its first round",
+    )
     start_margin: float = Field(
         default=0.10, ge=0, lt=1, description="added to ln(1+δ) for a 'worse' verdict from fewer starts than wanted",
     )

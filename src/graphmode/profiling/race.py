@@ -40,7 +40,29 @@ Several starts per arm (``starts``, default 2)
     measured meanwhile, and cost one start per challenger, where starts overlapped on one GPU take about
     one start's time (six engines: 114–240 s cold, one engine 60–90 s warm). So a wave costs about one
     warm start of dead time, and ``starts`` = N costs ``2(N − 1)`` waves. An arm keeps its compile cache
-    (``VLLM_CACHE_ROOT``) across its restarts: every start after the first is warm.
+    (``VLLM_CACHE_ROOT``) across its restarts: every start after the first is warm, and with the compile
+    start below the first measured start is warm too.
+
+Compile start (``warm_compile``, default on)
+    Before the first measured round of a session, every arm about to start whose compile cache is cold (its
+    ``VLLM_CACHE_ROOT``, the per-arm ``log_dir/vllm-cache/ARM`` or the one the environment sets, is missing
+    or holds no file) is started once, stopped as soon as it is healthy, and started again; all such arms
+    overlap in one wave before any round. Why: without it every arm's first start compiles cold and is
+    measured, so cold/warm is a hidden factor that differs between starts. On the H200 (vLLM 0.24,
+    Qwen2.5-0.5B shape, ``bench/gpu/start_effect.py``, ``docs/results/start-effect-h200-2026-12-01/``) six
+    engines of the default started side by side on empty caches, then restarted on their warm caches in
+    two staggered waves: paired by slot (n = 6) with round (clock) effects in the model, the warm restart
+    was faster than the cold start, ITL p50 at concurrency 1 0.88× [0.83–0.93] and TTFT p50 0.83×
+    [0.78–0.87]; with cold/warm in the model the start-to-start CV left was 2.8% [0–8.9] on ITL. The cold
+    wave of six took 210 s, a warm wave of three 53–60 s.
+
+    The compile start measures nothing and is no start of the race: it writes no row, does not count
+    towards ``starts`` and leaves the start ids (``RUN_ID:ARM:K``) numbered as without it; its log is
+    ``RUN_ID-ARM-compile.log``. It is GPU time, so the budget counts it (``RaceSummary.compile_starts``,
+    ``compile_wall_s``). An arm whose compile start fails is failed like any start failure, with vLLM's
+    root cause (its row's start id ends in ``:0``). Arms with a warm cache skip it (a resume, a second race
+    with the same log dir). With one cache shared by every arm (``VLLM_CACHE_ROOT`` set by the user) a
+    cache holding any file counts as warm for every mode.
 
 Resume
     The race key is the profile key plus the race settings that shape a verdict. A new session with the
@@ -69,6 +91,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, Protocol
 
 from graphmode.core.dataset import ProfileStore
@@ -114,6 +137,7 @@ class RaceConfig:
     separate_caches: bool = True  # each arm its own VLLM_CACHE_ROOT unless the environment sets one
     starts: int = 2  # engine starts behind every arm's rounds (the default's too)
     block_rounds: int = 2  # rounds in a block before the next restart wave
+    warm_compile: bool = True  # a cold arm's first start only compiles (see "Compile start" above)
 
 
 @dataclass
@@ -147,6 +171,8 @@ class Arm:
 
 
 class RaceReporter(Protocol):
+    def compile_starting(self, arms: Sequence[Arm]) -> None: ...
+    def compiled(self, arm: Arm) -> None: ...
     def engines_starting(self, arms: Sequence[Arm]) -> None: ...
     def engine_started(self, arm: Arm) -> None: ...
     def engine_failed(self, arm: Arm) -> None: ...
@@ -157,6 +183,8 @@ class RaceReporter(Protocol):
 
 
 class NullRaceReporter:
+    def compile_starting(self, arms: Sequence[Arm]) -> None: ...
+    def compiled(self, arm: Arm) -> None: ...
     def engines_starting(self, arms: Sequence[Arm]) -> None: ...
     def engine_started(self, arm: Arm) -> None: ...
     def engine_failed(self, arm: Arm) -> None: ...
@@ -179,6 +207,8 @@ class RaceSummary:
     restarts: int = 0  # of engine_starts: restart waves' (several starts per arm)
     restart_wall_s: float = 0.0
     starts_wall_s: float | None = None
+    compile_starts: int = 0  # not in engine_starts: a cold arm's start that only compiled (warm_compile)
+    compile_wall_s: float = 0.0
     gpu_min: float = 0.0  # this session
     gpu_min_total: float = 0.0  # every session of this race
     stop_reason: str = ""
@@ -310,15 +340,14 @@ class Racer:
             elif self.prior_gpu_s / 60 >= c.budget_min:
                 summary.stop_reason = f"budget of {c.budget_min:g} GPU-minutes spent in earlier sessions"
             else:
-                self._start([a for a in self.arms if a.is_default or a.state == "pending"], t0, summary)
-                summary.stop_reason = self._rounds(t0, summary)
+                summary.stop_reason = self._first_starts(t0, summary)
         finally:
             for arm in self.arms:
                 if arm.server is not None:
                     arm.server.stop()
                     if arm.state == "live":
                         arm.state = "stopped"
-        if summary.engine_starts:
+        if summary.engine_starts or summary.compile_starts:
             self._mark_session(t0)
         summary.gpu_min = round((time.time() - t0) / 60, 2)
         summary.gpu_min_total = round(self.prior_gpu_s / 60 + summary.gpu_min, 2)
@@ -328,25 +357,75 @@ class Racer:
         summary.open_reasons = self._open_reasons(summary.verdicts, summary.stop_reason)
         return summary
 
-    def _start(self, arms: list[Arm], t0: float, summary: RaceSummary, restart: bool = False) -> None:
-        """Start *arms* overlapped (``stagger_s`` apart); wait until every one is healthy or failed."""
+    def _first_starts(self, t0: float, summary: RaceSummary) -> str:
+        """The session's first wave (after a compile wave for cold caches), then the rounds."""
+        c = self.config
+        arms = [a for a in self.arms if a.is_default or a.state == "pending"]
+        default = next(a for a in self.arms if a.is_default)
+        if c.warm_compile:
+            cold = [a for a in arms if not self._cache_warm(a)]
+            if cold:
+                self._start(cold, t0, summary, kind="compile")
+            arms = [a for a in arms if a.state != "failed"]
+            if default.state == "failed":
+                for arm in arms:
+                    self._stop(arm, "not started: the default's compile start failed")
+                first = (default.failure or "").splitlines()
+                return "the default's engine failed" + (f": {first[0]}" if first else "")
+            if self.prior_gpu_s / 60 + (time.time() - t0) / 60 >= c.budget_min:
+                for arm in arms:
+                    self._stop(arm, "not started: budget spent by the compile starts")
+                return f"budget of {c.budget_min:g} GPU-minutes spent (compile starts)"
+        self._start(arms, t0, summary)
+        return self._rounds(t0, summary)
+
+    def _env(self, arm: Arm) -> dict[str, str]:
+        c = self.config
+        env = dict(c.profile.env)
+        if c.separate_caches and "VLLM_CACHE_ROOT" not in {**os.environ, **env}:
+            # Engines that start at once would write one compile cache (the default and CONTROL
+            # compute the same key): each arm compiles into its own.
+            env["VLLM_CACHE_ROOT"] = str(c.profile.log_dir / "vllm-cache" / arm.name)
+        return env
+
+    def cache_root(self, arm: Arm) -> Path:
+        """The compile cache *arm*'s engine uses: vLLM's ``VLLM_CACHE_ROOT``, by default
+        ``$XDG_CACHE_HOME/vllm`` or ``~/.cache/vllm``."""
+        env = {**os.environ, **self._env(arm)}
+        if env.get("VLLM_CACHE_ROOT"):
+            return Path(env["VLLM_CACHE_ROOT"]).expanduser()
+        return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "vllm"
+
+    def _cache_warm(self, arm: Arm) -> bool:
+        root = self.cache_root(arm)
+        try:
+            return root.is_dir() and any(f.is_file() for f in root.rglob("*"))
+        except OSError:
+            return False  # unreadable: compile once rather than measure a cold start
+
+    def _start(self, arms: list[Arm], t0: float, summary: RaceSummary,
+               kind: Literal["first", "restart", "compile"] = "first") -> None:
+        """Start *arms* overlapped (``stagger_s`` apart); wait until every one is healthy or failed.
+        A compile start stops each engine once it is healthy and counts as no start of the arm."""
         c = self.config
         p = c.profile
+        compile_only = kind == "compile"
         for arm in arms:
-            arm.session_starts += 1
+            if not compile_only:
+                arm.session_starts += 1
             arm.state, arm.startup = "pending", StartupInfo()
-        self.reporter.engines_starting(arms)
+        if compile_only:
+            self.reporter.compile_starting(arms)
+        else:
+            self.reporter.engines_starting(arms)
         wave_t0 = time.time()
 
         def start(i: int, arm: Arm) -> None:
             time.sleep(i * c.stagger_s)
-            suffix = f"-{arm.session_starts}" if arm.session_starts > 1 else ""
+            numbered = f"-{arm.session_starts}" if arm.session_starts > 1 else ""
+            suffix = "-compile" if compile_only else numbered
             log = p.log_dir / f"{self.run_id}-{arm.name}{suffix}.log"
-            env = dict(p.env)
-            if c.separate_caches and "VLLM_CACHE_ROOT" not in {**os.environ, **env}:
-                # Engines that start at once would write one compile cache (the default and CONTROL
-                # compute the same key): each arm compiles into its own.
-                env["VLLM_CACHE_ROOT"] = str(p.log_dir / "vllm-cache" / arm.name)
+            env = self._env(arm)
             arm.server = VllmServer(p.command, p.vllm_args, mode=arm.mode, host=p.host, port=arm.port,
                                     log_path=log, startup_timeout_s=p.startup_timeout_s,
                                     stop_timeout_s=p.stop_timeout_s, env=env or None)
@@ -355,6 +434,10 @@ class Racer:
                 arm.startup = arm.server.start()
             except EngineStartError as exc:
                 arm.state, arm.failure = "failed", exc.reason()
+                return
+            if compile_only:
+                arm.server.stop()  # healthy: its compile cache is written
+                arm.state = "pending"
                 return
             arm.startup.gpu_uuid = self.profiler.gpu.get("gpu_uuid")
             arm.fingerprint.vllm_version = arm.startup.vllm_version
@@ -369,17 +452,25 @@ class Racer:
         torch_version = torch_version_of(p.command)  # asks vLLM's interpreter (seconds): while the engines start
         for t in threads:
             t.join()
-        summary.engine_starts += len(arms)
-        if restart:
-            summary.restarts += len(arms)
-            summary.restart_wall_s += round(time.time() - wave_t0, 1)
+        wall_s = round(time.time() - wave_t0, 1)
+        if compile_only:
+            summary.compile_starts += len(arms)
+            summary.compile_wall_s += wall_s
         else:
-            self.starts_wall_s = summary.starts_wall_s = round(time.time() - t0, 1)
+            summary.engine_starts += len(arms)
+        if kind == "restart":
+            summary.restarts += len(arms)
+            summary.restart_wall_s += wall_s
+        elif kind == "first":
+            self.starts_wall_s = summary.starts_wall_s = wall_s
         for arm in arms:
             if arm.fingerprint is not None:
                 arm.fingerprint.torch_version = torch_version
             if arm.state == "failed":
                 self._fail(arm, self.order[0], self.next_round, arm.failure or "failed to start", t0, summary)
+            elif compile_only:
+                arm.server = None
+                self.reporter.compiled(arm)
             else:
                 self.reporter.engine_started(arm)
 
@@ -450,7 +541,7 @@ class Racer:
             return
         for arm in wave:
             self._stop(arm, f"restarted for start {arm.starts + 1} of {c.starts}", state="pending")
-        self._start(wave, t0, summary, restart=True)
+        self._start(wave, t0, summary, kind="restart")
 
     def _open_workloads(self, live: list[Arm]) -> set[str]:
         verdicts = self.verdicts()
