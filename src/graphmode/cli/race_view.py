@@ -150,6 +150,10 @@ class PlainRaceReporter:
     def engine_stopped(self, arm: Arm) -> None:
         self._p(f"{arm.name}: engine stopped ({arm.stop_reason})")
 
+    def wave_skipped(self, wave: Sequence[Arm], left_s: float, need_s: float) -> None:
+        self._p(f"no restart of {', '.join(a.name for a in wave)}: {left_s:.0f} s of budget left, a wave and its "
+                f"rounds take ~{need_s:.0f} s; rounds go on with the starts up")
+
 
 class LiveRaceReporter(PlainRaceReporter):
     """The plain lines scroll above a live table of verdicts so far."""
@@ -208,7 +212,8 @@ def print_summary(summary: RaceSummary, out: Console) -> None:
               f"({summary.rounds_before} before), {summary.cells_ok} cells ok, {summary.cells_failed} failed, "
               f"{summary.engine_starts} engine starts ({summary.restarts} restarts, {summary.restart_wall_s:.0f} s), "
               f"{summary.compile_starts} compile starts ({summary.compile_wall_s:.0f} s), "
-              f"{summary.gpu_min:.1f} GPU-min "
+              + ("restart waves stopped by the budget, " if summary.waves_skipped else "")
+              + f"{summary.gpu_min:.1f} GPU-min "
               f"({summary.gpu_min_total:.1f} in all)", highlight=False, markup=False)
     for line in summary.lines():
         out.print("  " + line, highlight=False, markup=False)

@@ -43,6 +43,10 @@ Several starts per arm (``starts``, default 2)
     (``VLLM_CACHE_ROOT``) across its restarts: every start after the first is warm, and with the compile
     start below the first measured start is warm too.
 
+    A wave the budget left cannot pay for (the latest start wave's wall plus ``block_rounds`` rounds at the
+    mean of the last three) is skipped, and no later wave of the session starts: on the H200 a challengers'
+    wave at 8.9 of 10 GPU-minutes took 80 s and left no round to pair the new starts.
+
 Compile start (``warm_compile``, default on)
     Before the first measured round of a session, every arm about to start whose compile cache is cold (its
     ``VLLM_CACHE_ROOT``, the per-arm ``log_dir/vllm-cache/ARM`` or the one the environment sets, is missing
@@ -180,6 +184,7 @@ class RaceReporter(Protocol):
     def cell_finished(self, record: CellRecord) -> None: ...
     def round_finished(self, round_: int, verdicts: dict[str, ArmVerdicts], spent_min: float) -> None: ...
     def engine_stopped(self, arm: Arm) -> None: ...
+    def wave_skipped(self, wave: Sequence[Arm], left_s: float, need_s: float) -> None: ...
 
 
 class NullRaceReporter:
@@ -192,6 +197,7 @@ class NullRaceReporter:
     def cell_finished(self, record: CellRecord) -> None: ...
     def round_finished(self, round_: int, verdicts: dict[str, ArmVerdicts], spent_min: float) -> None: ...
     def engine_stopped(self, arm: Arm) -> None: ...
+    def wave_skipped(self, wave: Sequence[Arm], left_s: float, need_s: float) -> None: ...
 
 
 @dataclass
@@ -209,6 +215,7 @@ class RaceSummary:
     starts_wall_s: float | None = None
     compile_starts: int = 0  # not in engine_starts: a cold arm's start that only compiled (warm_compile)
     compile_wall_s: float = 0.0
+    waves_skipped: int = 0  # 1 once a restart wave was due that the budget left could not pay for
     gpu_min: float = 0.0  # this session
     gpu_min_total: float = 0.0  # every session of this race
     stop_reason: str = ""
@@ -270,6 +277,9 @@ class Racer:
         self.table = RoundTable()
         self.prior_gpu_s = 0.0
         self.next_round = 0
+        self.round_walls: list[float] = []  # this session's, for what a restart wave would leave
+        self.last_wave_s: float | None = None  # wall of this session's latest measured start wave
+        self.waves_closed = False  # a wave was skipped for budget: the budget only shrinks, so no more waves
         self.rounds_before = 0
         self.starts_wall_s: float | None = None
         self._load()
@@ -458,6 +468,8 @@ class Racer:
             summary.compile_wall_s += wall_s
         else:
             summary.engine_starts += len(arms)
+        if not compile_only:
+            self.last_wave_s = wall_s
         if kind == "restart":
             summary.restarts += len(arms)
             summary.restart_wall_s += wall_s
@@ -511,6 +523,7 @@ class Racer:
                     break  # nothing left to pair with this round
                 self._cell(arm, order, pos, workload, round_, round_t0, idle_gpu, vocab, t0, summary)
             summary.rounds_run += 1
+            self.round_walls.append(time.time() - round_t0)
             self._mark_session(t0)
             verdicts = self.verdicts()
             for arm in self.challengers:
@@ -519,14 +532,16 @@ class Racer:
             spent = self.prior_gpu_s / 60 + (time.time() - t0) / 60
             self.reporter.round_finished(round_, verdicts, spent)
             if spent < c.budget_min:
-                self._restart_wave(default, t0, summary)
+                self._restart_wave(default, t0, summary, spent)
 
-    def _restart_wave(self, default: Arm, t0: float, summary: RaceSummary) -> None:
+    def _restart_wave(self, default: Arm, t0: float, summary: RaceSummary, spent_min: float) -> None:
         """Restart the default, or the live challengers lacking starts, once every live arm's current block
-        has its rounds (see the module docstring); the default and a challenger never in one wave."""
+        has its rounds (see the module docstring); the default and a challenger never in one wave. A wave
+        the budget left cannot pay for, with ``block_rounds`` rounds after it, is skipped: its rounds are
+        spent on the starts already up instead."""
         c = self.config
         live = [a for a in self.challengers if a.state == "live"]
-        if c.starts <= 1 or default.state != "live" or not live:
+        if c.starts <= 1 or default.state != "live" or not live or self.waves_closed:
             return
         for arm in live:
             first = arm.starts == 1 and default.starts == 1
@@ -539,9 +554,24 @@ class Racer:
             wave = [a for a in live if a.starts < min(c.starts, default.starts)]
         if not wave:
             return
+        left_s = (c.budget_min - spent_min) * 60
+        need_s = self._wave_cost_s()
+        if left_s < need_s:
+            self.waves_closed = True
+            summary.waves_skipped += 1
+            self.reporter.wave_skipped(wave, left_s, need_s)
+            return
         for arm in wave:
             self._stop(arm, f"restarted for start {arm.starts + 1} of {c.starts}", state="pending")
         self._start(wave, t0, summary, kind="restart")
+
+    def _wave_cost_s(self) -> float:
+        """GPU seconds a restart wave costs before its block has its rounds: the latest measured wave's wall
+        (starts overlapped on one GPU take about one start's time) plus ``block_rounds`` rounds at the mean of
+        the last three."""
+        recent = self.round_walls[-3:]
+        round_s = sum(recent) / len(recent) if recent else 0.0
+        return (self.last_wave_s or 0.0) + self.config.block_rounds * round_s
 
     def _open_workloads(self, live: list[Arm]) -> set[str]:
         verdicts = self.verdicts()
