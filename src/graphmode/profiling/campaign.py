@@ -351,7 +351,8 @@ def race_command(c: CampaignConfig, *, work: Path, tag: str, python: str, vllm_c
 
 # vLLM log prefixes: "(EngineCore pid=1) ERROR 12-01 10:00:00 [core.py:1] " / "ERROR 12-01 ... [x.py:1] "
 _PREFIX = re.compile(r"^(\(\w+ pid=\d+\)\s*)?((DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\S+\s+\S+\s+\[[^\]]*\]\s*)?")
-_CAUSE = re.compile(r"^([\w.]*(Error|Exception|Interrupt)\b.*|.*: error: .*|CUDA out of memory.*|.*No module named .*)$")
+_CAUSE = re.compile(
+    r"^([\w.]*(Error|Exception|Interrupt)\b.*|.*: error: .*|CUDA out of memory.*|.*No module named .*)$")
 _WRAPPERS = ("RuntimeError: Engine core initialization failed", "EngineStartError", "EngineDiedError")
 
 
@@ -377,7 +378,7 @@ def status_line(c: CampaignConfig, dataset: Path, race_out: str, rc: int) -> str
         try:
             with ProfileStore(dataset) as store:
                 rows = store.rows()
-        except Exception as exc:  # a broken dataset must not stop the chain  # noqa: BLE001
+        except Exception as exc:  # a broken dataset must not stop the chain
             return f"{c.name}: FAILED: cannot read {dataset.name}: {exc}"
     ok = [r for r in rows if r.get("status") == "ok"]
     failed: dict[str, str] = {}
@@ -453,8 +454,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             work = Path(a.work)
             for c in select(camp, a.items):
-                print(run_config(c, work=work, tag=a.tag, python=a.python, vllm_cmd=a.vllm_cmd, port=a.port,
-                                 root=Path(a.root)), flush=True)
+                try:
+                    line = run_config(c, work=work, tag=a.tag, python=a.python, vllm_cmd=a.vllm_cmd,
+                                      port=a.port, root=Path(a.root))
+                except Exception as exc:  # one configuration's surprise must not stop the chain
+                    line = f"{c.name}: FAILED (campaign runner): {type(exc).__name__}: {exc}"
+                    (work / f"status-{c.name}.txt").write_text(line + "\n", encoding="utf-8")
+                print(line, flush=True)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
