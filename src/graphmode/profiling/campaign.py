@@ -353,6 +353,8 @@ def race_command(c: CampaignConfig, *, work: Path, tag: str, python: str, vllm_c
 _PREFIX = re.compile(r"^(\(\w+ pid=\d+\)\s*)?((DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\S+\s+\S+\s+\[[^\]]*\]\s*)?")
 _CAUSE = re.compile(
     r"^([\w.]*(Error|Exception|Interrupt)\b.*|.*: error: .*|CUDA out of memory.*|.*No module named .*)$")
+# a verdict line of the race's summary (RaceSummary.lines): "  FULL   itl_p50   worse: 1.799× [...]"
+_VERDICT = re.compile(r"^\s+(\S+)\s+(\w+_p\d+)\s+(better|worse|equivalent|undecided)\b:?\s*([\d.]+×)?")
 _WRAPPERS = ("RuntimeError: Engine core initialization failed", "EngineStartError", "EngineDiedError")
 
 
@@ -398,6 +400,10 @@ def status_line(c: CampaignConfig, dataset: Path, race_out: str, rc: int) -> str
         return f"{c.name}: FAILED ({every}): {cause}"
     arms = sorted(failed)
     text = f"{c.name}: ok, {len(ok)} cells" + (f"; {end}" if end else "")
+    last = race_out.rsplit("\nrace race-", 1)[-1].splitlines()[1:] if ended else []
+    verdicts = [" ".join(g for g in m.groups() if g) for m in (_VERDICT.match(ln) for ln in last) if m]
+    if verdicts:
+        text += "; " + ", ".join(verdicts)
     if arms:
         text += "; failed arms: " + "; ".join(f"{a}: {failed[a]}" for a in arms)
     return text
