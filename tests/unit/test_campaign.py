@@ -114,7 +114,7 @@ def test_the_command_line_says_what_is_wrong_without_a_traceback(tmp_path: Path,
     assert "leases 1 to 5" in capsys.readouterr().err
     assert main(["plan", str(H200), "--root", str(ROOT)]) == 0
     out = capsys.readouterr().out
-    assert "lease 1 (~24 GPU-min): 1b-triton 8b-triton 1b-flashinfer" in out
+    assert "lease 1 (~25 GPU-min): 1b-triton 8b-triton 1b-flashinfer" in out
 
 
 def test_the_plan_starts_a_lease_when_the_next_configuration_would_overrun() -> None:
