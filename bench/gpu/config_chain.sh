@@ -63,7 +63,10 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
       --tag "$tag" --port "$port" --vllm-cmd "$vllm" --python "$py" "$@" < /dev/null
     echo "$(date -u +%FT%TZ) chain: exited $?"' chain "$work" "${cfgs[@]}" >>"$work/chain.out" 2>&1 < /dev/null &
   echo $! > "$work/chain.pid"
+  echo "${cfgs[*]}" > "$work/chain-names"
   echo "started the chain (pid $!): ${cfgs[*]}"
+elif [ "$(cat "$work/chain-names" 2>/dev/null)" != "${cfgs[*]}" ]; then
+  echo "a chain of other configurations is running: $(cat "$work/chain-names" 2>/dev/null); waiting for it" >&2
 fi
 
 end=$((SECONDS + wait_s))
