@@ -26,6 +26,9 @@ Environment knobs (for tests and benchmarks):
 ``FAKE_VLLM_FAIL_AT_START``  comma-separated modes for which it exits with status 1 during start-up
 ``FAKE_VLLM_COLD_STARTUP_S`` extra start-up seconds while its compile cache is cold (default 0)
 
+Like vLLM 0.33, ``--attention-backend NAME`` must name a backend it knows (:data:`BACKENDS`): another name is
+refused the way vLLM's argument parser refuses it (usage error, exit status 2), before any start-up line.
+
 Like vLLM, a start writes its "compile cache" under ``$VLLM_CACHE_ROOT``:
 ``torch_compile_cache/fake-MODE.json``, once, before it listens; a start that finds the directory missing or
 without any file is cold. Without ``VLLM_CACHE_ROOT`` it writes nothing (never into the tester's home) and
@@ -312,8 +315,18 @@ class State:
         self.exit_mode = os.environ.get("FAKE_VLLM_EXIT_MODE") or None
 
 
+BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
+
+
+def _backend(value: str) -> str:
+    if value.upper() not in BACKENDS:
+        raise argparse.ArgumentTypeError(f"invalid AttentionBackendEnum value: {value!r}")
+    return value.upper()
+
+
 def parse(argv: list[str]) -> tuple[argparse.Namespace, str, str]:
-    p = argparse.ArgumentParser(prog="fake-vllm", add_help=False, allow_abbrev=False)
+    p = argparse.ArgumentParser(prog="vllm serve", add_help=False, allow_abbrev=False)
+    p.add_argument("--attention-backend", type=_backend, default=None)
     p.add_argument("--model")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -350,6 +363,9 @@ def main(argv: list[str]) -> int:
                    "compilation_config": {"cudagraph_mode": mode}}
     log("APIServer", "utils.py:1", f"non-default args: {non_default!r}")
     log("APIServer", "model.py:1", "Resolved architecture: LlamaForCausalLM")
+    if args.attention_backend:
+        log("EngineCore", "cuda.py:1", f"Using {args.attention_backend} attention backend out of potential "
+            f"backends: {list(BACKENDS)}")
     if mode in {m.strip() for m in os.environ.get("FAKE_VLLM_FAIL_AT_START", "").split(",") if m.strip()}:
         log("EngineCore", "core.py:1", f"ValueError: fake vLLM refuses cudagraph_mode {mode} "
             "(FAKE_VLLM_FAIL_AT_START)", "ERROR")

@@ -53,6 +53,19 @@ def test_backend_from_the_real_log_then_args_then_env() -> None:
     assert dep.attention_backend is None and "attention_backend" in dep.unknown and not dep.attention_backend_requested
 
 
+def test_backend_from_vllm_033_attention_config() -> None:
+    for args in (["--attention-config", '{"backend": "TRITON_ATTN"}'], ['-ac={"backend": "triton_attn"}'],
+                 ["-ac.backend", "TRITON_ATTN"]):
+        dep = DeploymentConfig.from_vllm_args(args)
+        assert (dep.attention_backend, dep.attention_backend_source) == ("TRITON_ATTN", "args"), args
+        assert dep.attention_backend_requested
+    dep = DeploymentConfig.from_vllm_args(["-ac", '{"backend": "auto"}'])
+    assert dep.attention_backend is None and not dep.attention_backend_requested
+    with pytest.raises(DeploymentError, match="--attention-config"):
+        DeploymentConfig.from_vllm_args(["-ac", "{bad"])
+    assert "attention_backend" in DeploymentConfig.from_vllm_args(["-ac", "{bad"], strict=False).unknown
+
+
 def test_speculative_method_and_k() -> None:
     dep = DeploymentConfig.from_vllm_args(
         ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}'])

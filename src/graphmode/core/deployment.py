@@ -99,6 +99,13 @@ class DeploymentConfig(BaseModel):
             unknown.append(name)
 
         requested = get_flag(argv, "--attention-backend", "--attention_backend")
+        if not requested:
+            try:
+                requested = _attention_config_backend(argv)
+            except DeploymentError:
+                if strict:
+                    raise  # else: as if not requested, unknown unless the log or env says
+
         from_env = env.get("VLLM_ATTENTION_BACKEND") or None
         logged = startup.attention_backend if startup is not None else None
         if logged:
@@ -178,6 +185,28 @@ class DeploymentConfig(BaseModel):
 def _backend(name: str) -> str:
     """``FLASH_ATTN``, ``AttentionBackendEnum.FLASHINFER`` → the enum name; older prose stays as logged, upper."""
     return name.rsplit(".", 1)[-1].strip().upper().replace(" ", "_")
+
+
+def _attention_config_backend(argv: list[str]) -> str | None:
+    """The backend of vLLM's ``--attention-config``/``-ac`` (JSON, or the dotted ``-ac.backend X``): vLLM
+    0.33 selects a backend there as well as with ``--attention-backend`` (and no longer reads
+    VLLM_ATTENTION_BACKEND)."""
+    from graphmode.vllm_args import get_flag
+
+    dotted = get_flag(argv, "--attention-config.backend", "-ac.backend", "--attention_config.backend")
+    if dotted:
+        return dotted
+    raw = get_flag(argv, "--attention-config", "-ac", "--attention_config")
+    if not raw:
+        return None
+    try:
+        cfg = json.loads(raw)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise DeploymentError(f"--attention-config is not JSON: {exc}") from None
+    if not isinstance(cfg, dict):
+        raise DeploymentError("--attention-config must be a JSON object")
+    backend = cfg.get("backend")
+    return str(backend) if backend not in (None, "", "auto") else None
 
 
 def _speculative(argv: list[str]) -> dict[str, Any]:

@@ -1,0 +1,139 @@
+"""The configuration campaign file (graphmode.profiling.campaign): parsing, checks, the lease plan, commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from graphmode.core.errors import ConfigError
+from graphmode.profiling.campaign import (
+    Campaign,
+    lease_plan,
+    load_campaign,
+    main,
+    race_command,
+    root_cause,
+    select,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+H200 = ROOT / "bench" / "gpu" / "configs" / "h200-0.33.yaml"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return p
+
+
+BASE = """
+name: t
+defaults: {budget_min: 7.5, modes: [FULL]}
+configs:
+"""
+
+
+def test_the_h200_campaign_loads_and_packs_into_leases_of_whole_configurations() -> None:
+    camp = load_campaign(H200, ROOT)
+    plan = lease_plan(camp)
+    assert all(lease.planned_min <= camp.lease_min for lease in plan)
+    assert [c.name for lease in plan for c in lease.configs] == [c.name for c in camp.configs]
+    assert len(plan) == 5
+    names = {c.name for c in camp.configs}
+    assert {"1b-flashinfer", "8b-triton", "8b-fp8", "1b-ngram5", "moe30b-full", "1b-high-concurrency"} <= names
+    hc = camp.get("1b-high-concurrency")
+    assert hc.max_num_seqs == 1024 and hc.engines() == 4
+    assert [c.name for c in select(camp, ["@5"])] == ["moe30b-full", "moe30b-piecewise", "8b-eagle"]
+
+
+def test_race_command_carries_every_vllm_setting(tmp_path: Path) -> None:
+    camp = load_campaign(H200, ROOT)
+    eagle = camp.get("8b-eagle")
+    cmd = race_command(eagle, work=tmp_path, tag="x", python="py", vllm_cmd="vllm", port=9000, root=ROOT)
+    vllm = cmd[cmd.index("--") + 1:]
+    spec = json.loads(vllm[vllm.index("--speculative-config") + 1])
+    assert spec == {"method": "eagle", "model": str(tmp_path / "model-llama-3.1-8b-eagle-draft"),
+                    "num_speculative_tokens": 3}
+    assert cmd[cmd.index("--modes") + 1] == "FULL,PIECEWISE,FULL_DECODE_ONLY"
+    assert cmd[cmd.index("--dataset") + 1] == str(tmp_path / "x-8b-eagle.sqlite")
+    fi = race_command(camp.get("8b-flashinfer"), work=tmp_path, tag="x", python="py", vllm_cmd="v", port=1,
+                      root=ROOT)
+    assert fi[fi.index("--attention-backend") + 1] == "FLASHINFER" and "--kv-cache-memory-bytes" in fi
+    fp8 = race_command(camp.get("8b-fp8"), work=tmp_path, tag="x", python="py", vllm_cmd="v", port=1, root=ROOT)
+    assert fp8[fp8.index("--quantization") + 1] == "fp8"
+    long = race_command(camp.get("1b-long-prompt"), work=tmp_path, tag="x", python="py", vllm_cmd="v", port=1,
+                        root=ROOT)
+    assert long[long.index("--max-model-len") + 1] == "17408"
+    assert long[long.index("--grid") + 1] == str(ROOT / "bench" / "grids" / "race-long-prompt.yaml")
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("  - {name: a, shape: no-such-shape}\n", "cannot read"),
+    ("  - {name: a, shape: llama-3.2-1b}\n  - {name: a, shape: llama-3.2-1b}\n", "appears twice"),
+    ("  - {name: a, shape: llama-3.2-1b, modes: [FULL_AND_PIECEWISE]}\n", "is the default"),
+    ("  - {name: a, shape: llama-3.2-1b, modes: [FAST]}\n", "unknown cudagraph_mode"),
+    ("  - {name: a, shape: llama-3.2-1b, kv: lots}\n", "not a byte size"),
+    ("  - {name: a, shape: llama-3.2-1b, colour: red}\n", "configs.0 (a).colour"),
+    ("  - {name: a, shape: llama-3.2-1b, vllm_args: [--max-model-len, '8']}\n", "own fields"),
+    ("  - {name: a, shape: llama-3.2-1b, grid: bench/grids/race-long-prompt.yaml}\n", "more than max_model_len"),
+    ("  - {name: a, shape: llama-3.2-1b, workloads: [nope]}\n", "workloads not in grid"),
+    ("  - {name: a, shape: qwen3-30b-a3b, kv: 4G, modes: [FULL, PIECEWISE]}\n", "2 fit: race fewer modes"),
+    ("  - {name: a, shape: llama-3.2-1b, speculative: {method: ngram, num_speculative_tokens: 0}}\n",
+     "num_speculative_tokens"),
+    ("  - {name: a, shape: llama-3.2-1b, speculative: {num_speculative_tokens: 3}}\n", "needs a method"),
+    ("  - {name: a, shape: llama-3.2-1b, speculative: {method: eagle, model: '{draft}'}}\n", "draft_shape"),
+    ("  - {name: a, shape: llama-3.2-1b, budget_min: 30}\n", "more than a lease"),
+    ("  - {name: 'a b', shape: llama-3.2-1b}\n", "configs.0 (a b).name"),
+])
+def test_a_bad_configuration_is_a_clear_error(tmp_path: Path, body: str, message: str) -> None:
+    with pytest.raises(ConfigError, match="campaign") as exc:
+        load_campaign(write(tmp_path, BASE + body), ROOT)
+    assert message in str(exc.value)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "expected a mapping"),
+    ("name: t\nconfigs: []\n", "configs"),
+    ("name: t\nconfigs: [\n", "not YAML"),
+    ("name: t\ndefaults: 3\nconfigs: [{name: a, shape: llama-3.2-1b, budget_min: 1}]\n", "defaults"),
+])
+def test_a_bad_file_is_a_clear_error(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_campaign(write(tmp_path, text), ROOT)
+
+
+def test_the_command_line_says_what_is_wrong_without_a_traceback(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    bad = write(tmp_path, BASE + "  - {name: a, shape: nope}\n")
+    assert main(["check", str(bad), "--root", str(ROOT)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: campaign") and "Traceback" not in err
+    assert main(["names", str(H200), "--root", str(ROOT), "@9"]) == 2
+    assert "leases 1 to 5" in capsys.readouterr().err
+    assert main(["plan", str(H200), "--root", str(ROOT)]) == 0
+    out = capsys.readouterr().out
+    assert "lease 1 (~25 GPU-min): 1b-triton 8b-triton 1b-flashinfer" in out
+
+
+def test_the_plan_starts_a_lease_when_the_next_configuration_would_overrun() -> None:
+    camp = Campaign.model_validate({"name": "t", "lease_min": 10, "configs": [
+        {"name": n, "shape": "s", "budget_min": b} for n, b in (("a", 4), ("b", 4), ("c", 1.5), ("d", 9))]})
+    assert [[c.name for c in lease.configs] for lease in lease_plan(camp)] == [["a", "b"], ["c"], ["d"]]
+
+
+def test_root_cause_is_the_exception_vllm_logged_not_the_wrapper() -> None:
+    tail = "\n".join([
+        "vLLM exited with status 1 before it became healthy",
+        "--- last log lines ---",
+        "(EngineCore pid=12) ERROR 12-01 10:00:00 [core.py:700] Traceback (most recent call last):",
+        "(EngineCore pid=12) ERROR 12-01 10:00:00 [core.py:700] RuntimeError: Ninja build failed: nvcc fatal",
+        "ERROR 12-01 10:00:01 [api_server.py:1] RuntimeError: Engine core initialization failed. See root cause",
+    ])
+    assert root_cause(tail) == "RuntimeError: Ninja build failed: nvcc fatal"
+    argparse_tail = "usage: vllm serve [-h]\nvllm serve: error: argument --attention-backend: invalid value"
+    assert root_cause(argparse_tail) == "vllm serve: error: argument --attention-backend: invalid value"
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert root_cause("INFO loading\n" + oom) == oom
+    assert root_cause("INFO all fine") is None
