@@ -14,7 +14,6 @@ import pytest
 
 from graphmode.core.dataset import ProfileStore
 from graphmode.core.errors import ConfigError
-from graphmode.core.modes import CudaGraphMode
 from graphmode.profiling.grid import LengthDist, Workload
 from graphmode.profiling.race import Racer, race_key
 from graphmode.profiling.race_rounds import DEFAULT_ARM
