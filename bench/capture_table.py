@@ -16,7 +16,7 @@ with capture-size arms, one line per (workload, sizes arm) with
 * the most requests the default saw running in a cell (``obs_batch_max``): the too-short case needs > 512.
 
     .venv/bin/python bench/capture_table.py DATASET [...] [--markdown] [--delta 0.03] [--confidence 0.95]
-        [--starts 2]
+        [--starts 2] [--metrics itl_p50,ttft_p50,tpot_p50]
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ from graphmode.report.capture import shape_label
 from graphmode.vllm_args import compilation_config_of
 
 START_COLUMNS = ("startup_s", "capture_s", "graph_gib", "kv_cache_tokens")
+# the chain's races decide itl_p50 and ttft_p50 (loads) or tpot_p50 and itl_p50 (long)
+DEFAULT_METRICS = ("itl_p50", "ttft_p50", "tpot_p50")
 
 
 @dataclass
@@ -113,7 +115,7 @@ def _starts_for(sizes: list[int] | None, lone_rows: Sequence[Mapping[str, Any]],
     return starts_of([r for r in race_rows if requested_sizes(r) == sizes], lone=False)
 
 
-def table_lines(path: Path, rule: SequentialRule) -> list[Line]:
+def table_lines(path: Path, rule: SequentialRule, metrics: Sequence[str] = DEFAULT_METRICS) -> list[Line]:
     with ProfileStore(path, readonly=True) as store:
         rows = store.rows(status="ok")
     lone_rows = [r for r in rows if not r.get("race_id") and r.get("mode") == DEFAULT_MODE.value]
@@ -126,7 +128,6 @@ def table_lines(path: Path, rule: SequentialRule) -> list[Line]:
         arms = {str(r["race_arm"]): requested_sizes(r) for r in rrows if r.get("race_capture_sizes")}
         if not arms:
             continue
-        metrics = [m for m in KNOWN_RACE_METRICS if any(r.get(m) is not None for r in rrows)][:4]
         table = table_from_rows(rrows, metrics)
         workloads = sorted({str(r["workload"]) for r in rrows})
         default = _starts_for(None, lone_rows, [r for r in rrows if r.get("race_arm") == DEFAULT_ARM])
@@ -201,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--delta", type=float, default=0.03)
     ap.add_argument("--confidence", type=float, default=0.95)
     ap.add_argument("--min-rounds", type=int, default=3)
+    ap.add_argument("--metrics", default=",".join(DEFAULT_METRICS), help="comma-separated latency metrics")
     ap.add_argument("--starts", type=int, default=2, help="engine starts 'better'/'equivalent' need (the race's)")
     a = ap.parse_args(argv)
     try:
@@ -208,12 +210,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"capture_table: {exc}", file=sys.stderr)
         return 2
+    metrics = [m.strip() for m in a.metrics.split(",") if m.strip()]
+    unknown = [m for m in metrics if m not in KNOWN_RACE_METRICS]
+    if unknown or not metrics:
+        print(f"capture_table: --metrics: {', '.join(unknown) or 'none'}; known: {', '.join(KNOWN_RACE_METRICS)}",
+              file=sys.stderr)
+        return 2
     lines: list[Line] = []
     for path in a.datasets:
         if not path.is_file():
             print(f"no dataset at {path}", file=sys.stderr)
             return 2
-        lines += table_lines(path, rule)
+        lines += table_lines(path, rule, metrics)
     if not lines:
         print("no race with capture-size arms in these datasets", file=sys.stderr)
         return 1

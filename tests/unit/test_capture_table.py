@@ -97,7 +97,8 @@ def test_capture_table_on_a_synthetic_race(tmp_path: Path) -> None:
     assert "| 0.04 / 0.51 |" in low and "| 1,996,800 / 1,959,200 |" in low and "~" not in low
     assert "| equivalent 0.999× [0.988–1.010] n=9 |" in low, low  # decided at its first crossing
     assert "worse 1.5" in high and "| 60 |" in high, high
-    assert out.count("| --- ") == len(lines[0].split(" | ")) or "| --- |" in out
+    assert "| itl_p50 arm/default | ttft_p50 arm/default | tpot_p50 arm/default | running max |" in out
+    assert mod.main([str(ds), "--metrics", "goodput"]) == 2
 
     # without lone starts the race's overlapped numbers are shown, marked
     with ProfileStore(ds) as store:
