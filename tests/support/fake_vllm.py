@@ -29,6 +29,12 @@ Environment knobs (for tests and benchmarks):
 Like vLLM 0.33, ``--attention-backend NAME`` must name a backend it knows (:data:`BACKENDS`): another name is
 refused the way vLLM's argument parser refuses it (usage error, exit status 2), before any start-up line.
 
+Capture sizes: ``cudagraph_capture_sizes`` in the compilation config, else vLLM's default list for
+``--max-num-seqs`` (default 256: 51 sizes up to 512), is printed in the resolved config. Capture seconds and
+graph GiB scale with the number of sizes (the table below is for 51), and the KV cache gains what the graphs
+do not take. A graphed step is padded to the smallest size at or above its tokens (the padding costs step
+time like real tokens); a decode-only step above the largest size runs without a graph (NONE's step time).
+
 Like vLLM, a start writes its "compile cache" under ``$VLLM_CACHE_ROOT``:
 ``torch_compile_cache/fake-MODE.json``, once, before it listens; a start that finds the directory missing or
 without any file is cold. Without ``VLLM_CACHE_ROOT`` it writes nothing (never into the tester's home) and
@@ -113,9 +119,10 @@ class Request:
 class Engine:
     """Continuous batching in miniature: each step gives every running request one token."""
 
-    def __init__(self, mode: str, step_scale: float) -> None:
+    def __init__(self, mode: str, step_scale: float, sizes: list[int] | None = None) -> None:
         self.mode = mode
         self.step_scale = step_scale
+        self.sizes = sorted(sizes or default_sizes(256)) if mode != "NONE" else []
         self.cond = threading.Condition()
         self.active: list[Request] = []
         self.prompt_tokens = 0
@@ -146,7 +153,13 @@ class Engine:
                 continue
             prefill = sum(r.prompt_len for r in batch if not r.prefilled)
             tokens = prefill + len(batch)
-            time.sleep((_STEP_S.get(self.mode, 0.003) + _PER_TOKEN_S * tokens) * self.step_scale)
+            base, cost = _STEP_S.get(self.mode, 0.003), tokens
+            graph = next((s for s in self.sizes if s >= tokens), None)
+            if graph is not None:
+                cost = graph  # replays the padded graph
+            elif self.sizes and not prefill:
+                base = _STEP_S["NONE"]  # a decode step above the largest size: no graph
+            time.sleep((base + _PER_TOKEN_S * cost) * self.step_scale)
             with self.cond:
                 self.iteration_tokens.observe(tokens)
                 self.prompt_tokens += prefill
@@ -305,12 +318,12 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class State:
-    def __init__(self, model: str, served: str, mode: str) -> None:
+    def __init__(self, model: str, served: str, mode: str, sizes: list[int] | None = None) -> None:
         self.model = model
         self.served = served
         self.mode = mode
         self.started = time.time()
-        self.engine = Engine(mode, float(os.environ.get("FAKE_VLLM_STEP_S", "1.0")))
+        self.engine = Engine(mode, float(os.environ.get("FAKE_VLLM_STEP_S", "1.0")), sizes)
         self.exit_after = int(os.environ.get("FAKE_VLLM_EXIT_AFTER", "0") or 0)
         self.exit_mode = os.environ.get("FAKE_VLLM_EXIT_MODE") or None
 
@@ -331,6 +344,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, str]:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--served-model-name")
+    p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--compilation-config", "-cc", "--compilation_config", dest="cc", default="{}")
     args, _ = p.parse_known_args(argv)
     positional = argv[1] if argv[:1] == ["serve"] and len(argv) > 1 else (argv[0] if argv else "")
@@ -338,6 +352,17 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, str]:
     cc = json.loads(args.cc)
     mode = str(cc.get("cudagraph_mode", "FULL_AND_PIECEWISE")).rsplit(".", 1)[-1].upper()
     return args, model, mode
+
+
+def default_sizes(max_num_seqs: int) -> list[int]:
+    """vLLM's default capture sizes (vllm/config/vllm.py): 1, 2, 4, steps of 8 below 256, of 16 from 256."""
+    top = min(2 * max_num_seqs, 512)
+    return [s for s in (1, 2, 4) if s <= top] + list(range(8, min(top + 1, 256), 8)) + list(range(256, top + 1, 16))
+
+
+def capture_sizes(args: argparse.Namespace) -> list[int]:
+    given = json.loads(args.cc).get("cudagraph_capture_sizes")
+    return sorted({int(x) for x in given}) if given else default_sizes(args.max_num_seqs)
 
 
 def compile_cache(mode: str) -> bool:
@@ -370,26 +395,33 @@ def main(argv: list[str]) -> int:
         log("EngineCore", "core.py:1", f"ValueError: fake vLLM refuses cudagraph_mode {mode} "
             "(FAKE_VLLM_FAIL_AT_START)", "ERROR")
         return 1
+    sizes = capture_sizes(args)
     log("EngineCore", "core.py:1", f"Initializing a V1 LLM engine (v{VERSION}) with config: model={model!r}, "
-        f"compilation_config={{'cudagraph_mode': <CUDAGraphMode.{mode}: 0>}}")
+        f"compilation_config={{'cudagraph_mode': <CUDAGraphMode.{mode}: 0>, 'cudagraph_capture_sizes': {sizes}, "
+        f"'max_cudagraph_capture_size': {sizes[-1]}}}")
+    secs, gib, labels = _CAPTURE.get(mode, (2, 0.4, [mode]))
+    # the table is for vLLM's 51 default sizes; fewer sizes capture faster into less memory
+    scale = len(sizes) / 51
+    secs, gib_now = round(secs * scale, 2), round(gib * (0.3 + 0.7 * scale), 2)
+    freed = gib - gib_now if mode != "NONE" else 0.0
     startup_s = float(os.environ.get("FAKE_VLLM_STARTUP_S", "0") or 0)
     if not compile_cache(mode):
         time.sleep(float(os.environ.get("FAKE_VLLM_COLD_STARTUP_S", "0") or 0))  # the compile
     time.sleep(startup_s / 2)
     log("EngineCore", "gpu_model_runner.py:1", f"Model loading took 0.12 GiB and {startup_s / 2:.6f} seconds")
-    log("EngineCore", "gpu_worker.py:1", "Available KV cache memory: 10.00 GiB")
-    log("EngineCore", "kv_cache_utils.py:1", "GPU KV cache size: 81,920 tokens")
+    log("EngineCore", "gpu_worker.py:1", f"Available KV cache memory: {10 + freed:.2f} GiB")
+    log("EngineCore", "kv_cache_utils.py:1", f"GPU KV cache size: {81920 + int(freed * 8192):,} tokens")
     if mode == "NONE":
         log("EngineCore", "gpu_model_runner.py:1", "Skipping CUDA graph capture. To turn on CUDA graph "
             "capture, ensure `cudagraph_mode` was not manually set to `NONE`")
     else:
-        secs, gib, labels = _CAPTURE.get(mode, (2, 0.4, [mode]))
+        n = len(sizes)
         for label in labels:
-            print(f"Capturing CUDA graphs ({label}): 100%|##########| 51/51 [00:0{secs}<00:00]", flush=True)
+            print(f"Capturing CUDA graphs ({label}): 100%|##########| {n}/{n} [00:0{int(secs)}<00:00]", flush=True)
         time.sleep(startup_s / 2)
-        log("EngineCore", "gpu_model_runner.py:1", f"Graph capturing finished in {secs} secs, took {gib:.2f} GiB")
+        log("EngineCore", "gpu_model_runner.py:1", f"Graph capturing finished in {secs:g} secs, took {gib_now:.2f} GiB")
 
-    Handler.state = State(model, served, mode)
+    Handler.state = State(model, served, mode, sizes)
     server = ThreadingHTTPServer((args.host, args.port), Handler, bind_and_activate=False)
     server.daemon_threads = True
     server.request_queue_size = 1024

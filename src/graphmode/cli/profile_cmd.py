@@ -94,6 +94,10 @@ def register(app: typer.Typer) -> None:
         warm_compile: bool = typer.Option(
             None, "--warm-compile/--no-warm-compile",
             help="Race: start an arm with a cold compile cache once, unmeasured, before its first round (on)."),
+        sizes_arm: list[str] = typer.Option(
+            None, "--sizes-arm",
+            help="Race: NAME=1,2,4,8 (or NAME=@rec.json): the default mode with these capture sizes, raced "
+                 "against vLLM's default list (repeatable)."),
     ) -> None:
         """Start vLLM once per mode and run the workload grid against it; append one row per cell.
 
@@ -126,7 +130,7 @@ def register(app: typer.Typer) -> None:
                     budget_min=budget_min, delta=delta, confidence=confidence, min_rounds=min_rounds,
                     max_rounds=max_rounds, kv_cache_memory_bytes=kv_bytes, stagger_s=stagger, cell_s=cell_s,
                     cell_warmup_s=cell_warmup_s, metrics=metrics, starts=starts,
-                    warm_compile=warm_compile), s)
+                    warm_compile=warm_compile, sizes_arms=list(sizes_arm or [])), s)
                 return
             grid_path = grid or s.profile.grid
             g = load_grid(grid_path)

@@ -10,7 +10,7 @@ import shlex
 import signal
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -27,6 +27,7 @@ from graphmode.core.settings import Settings
 from graphmode.profiling.grid import Workload, load_grid
 from graphmode.profiling.race import Arm, RaceConfig, Racer, RaceSummary
 from graphmode.profiling.race_rounds import KNOWN_RACE_METRICS, ArmVerdicts
+from graphmode.profiling.race_sizes import parse_sizes_arm
 from graphmode.profiling.runner import ProfileConfig
 from graphmode.profiling.sequential import SequentialRule
 
@@ -57,6 +58,7 @@ class RaceOptions:
     metrics: str | None = None
     starts: int | None = None
     warm_compile: bool | None = None
+    sizes_arms: list[str] = field(default_factory=list)  # --sizes-arm NAME=SIZES
 
 
 T = TypeVar("T")
@@ -96,6 +98,7 @@ def race_config(args: list[str], o: RaceOptions, s: Settings) -> RaceConfig:
         cell_s=_pick(o.cell_s, r.cell_s), warmup_s=_pick(o.cell_warmup_s, r.warmup_s),
         idle_probe_s=r.idle_probe_s, starts=_pick(o.starts, r.starts), block_rounds=r.block_rounds,
         warm_compile=_pick(o.warm_compile, r.warm_compile),
+        sizes_arms=tuple(parse_sizes_arm(t) for t in o.sizes_arms),
     )
 
 

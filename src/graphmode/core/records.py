@@ -200,8 +200,12 @@ class RaceInfo(_Flat):
 
     id: str | None = Field(None, description="race key: profile key + race settings; resumes share it")
     round: int | None = Field(None, description="round index; the cell's request plan is seeded with it")
-    arm: str | None = Field(None, description="the mode raced, or CONTROL for the A/A arm (a second default)")
+    arm: str | None = Field(None, description="the mode raced, CONTROL for the A/A arm (a second default), or "
+                            "a capture-size arm's name")
     requested_mode: str | None = None
+    capture_sizes: list[int] | None = Field(
+        None, description="a capture-size arm's cudagraph_capture_sizes (profiling/race_sizes.py); None: vLLM's "
+        "default list")
     position: int | None = Field(None, description="place in the round's order (0 = first)")
     live_engines: int | None = Field(None, description="engines resident on the GPU during the round")
     port: int | None = None

@@ -68,6 +68,11 @@ Compile start (``warm_compile``, default on)
     with the same log dir). With one cache shared by every arm (``VLLM_CACHE_ROOT`` set by the user) a
     cache holding any file counts as warm for every mode.
 
+Capture-size arms (``sizes_arms``, issue 14)
+    A challenger may be the default mode with a given ``cudagraph_capture_sizes`` list instead of another
+    mode (:mod:`graphmode.profiling.race_sizes`): it is raced, restarted, compiled, resumed and decided like
+    any arm, under its own name, with its list in its rows (``race_capture_sizes``) and in the race key.
+
 Resume
     The race key is the profile key plus the race settings that shape a verdict. A new session with the
     same key reads the race's rows, reuses every measured round, starts only arms still undecided and
@@ -117,6 +122,7 @@ from graphmode.profiling.race_rounds import (
     arm_verdicts,
     table_from_rows,
 )
+from graphmode.profiling.race_sizes import SizesArm, check_sizes_arms, sizes_arm_args
 from graphmode.profiling.runner import DEFAULT_VOCAB, ProfileConfig, Profiler, _served_model, _wait_idle
 from graphmode.profiling.sequential import SequentialRule
 from graphmode.vllm_args import without_flags
@@ -142,6 +148,7 @@ class RaceConfig:
     starts: int = 2  # engine starts behind every arm's rounds (the default's too)
     block_rounds: int = 2  # rounds in a block before the next restart wave
     warm_compile: bool = True  # a cold arm's first start only compiles (see "Compile start" above)
+    sizes_arms: tuple[SizesArm, ...] = ()  # the default mode with these capture sizes (race_sizes.py)
 
 
 @dataclass
@@ -160,6 +167,7 @@ class Arm:
     starts_before: int = 0  # starts that measured a round in earlier sessions of this race
     session_starts: int = 0
     run_id: str = ""
+    sizes: tuple[int, ...] | None = None  # a capture-size arm's list; None: vLLM's default list
 
     @property
     def starts(self) -> int:
@@ -243,6 +251,8 @@ def race_key(profile_key: str, config: RaceConfig, design: Sequence[Workload]) -
         "min_rounds": config.rule.min_rounds, "metrics": list(config.metrics),
         "modes": sorted(m.value for m in config.profile.modes), "control": config.control,
         "design": sorted(w.spec_hash() for w in design),
+        # only when there are any: the keys of races without capture-size arms stay as they were
+        **({"sizes_arms": sorted([a.name, list(a.sizes)] for a in config.sizes_arms)} if config.sizes_arms else {}),
     }, sort_keys=True)
     return "race-" + hashlib.sha256(payload.encode()).hexdigest()[:12]
 
@@ -271,6 +281,7 @@ class Racer:
         self.key = race_key(self.profiler.key, config, self.cells)
         if config.starts < 1 or config.block_rounds < 1:
             raise ValueError("starts and block_rounds must be at least 1")
+        check_sizes_arms(config.sizes_arms, p.vllm_args, [DEFAULT_MODE.value, *(m.value for m in p.modes)])
         # "better"/"equivalent" wait for the starts the race will make (sequential.py)
         self.rule = dataclasses.replace(config.rule, min_starts=max(config.rule.min_starts, config.starts))
         self.arms = self._arms()
@@ -291,7 +302,16 @@ class Racer:
         arms = [Arm(m.value, m, p.port + i, run_id=self.run_id) for i, m in enumerate(modes)]
         if self.config.control:
             arms.append(Arm(CONTROL_ARM, DEFAULT_MODE, p.port + len(arms), run_id=self.run_id))
+        for s in self.config.sizes_arms:
+            arms.append(Arm(s.name, DEFAULT_MODE, p.port + len(arms), run_id=self.run_id, sizes=s.sizes))
         return arms
+
+    def vllm_args(self, arm: Arm) -> list[str]:
+        """The args *arm*'s engine gets (before its mode): a capture-size arm's list merged in."""
+        args = self.config.profile.vllm_args
+        if arm.sizes is None:
+            return list(args)
+        return sizes_arm_args(args, SizesArm(arm.name, arm.sizes))
 
     @property
     def challengers(self) -> list[Arm]:
@@ -436,10 +456,11 @@ class Racer:
             suffix = "-compile" if compile_only else numbered
             log = p.log_dir / f"{self.run_id}-{arm.name}{suffix}.log"
             env = self._env(arm)
-            arm.server = VllmServer(p.command, p.vllm_args, mode=arm.mode, host=p.host, port=arm.port,
+            args = self.vllm_args(arm)
+            arm.server = VllmServer(p.command, args, mode=arm.mode, host=p.host, port=arm.port,
                                     log_path=log, startup_timeout_s=p.startup_timeout_s,
                                     stop_timeout_s=p.stop_timeout_s, env=env or None)
-            arm.fingerprint = build_fingerprint(self.profiler.gpu, self.profiler.shape, p.vllm_args)
+            arm.fingerprint = build_fingerprint(self.profiler.gpu, self.profiler.shape, args)
             try:
                 arm.startup = arm.server.start()
             except EngineStartError as exc:
@@ -628,7 +649,8 @@ class Racer:
               t0: float) -> RaceInfo:
         return RaceInfo(id=self.key, round=round_, arm=arm.name, requested_mode=arm.mode.value, position=pos,
                         live_engines=live, port=arm.port, start_id=arm.start_id, session_t0=t0,
-                        round_t0=round_t0, starts_wall_s=self.starts_wall_s)
+                        round_t0=round_t0, starts_wall_s=self.starts_wall_s,
+                        capture_sizes=list(arm.sizes) if arm.sizes is not None else None)
 
     def _fail(self, arm: Arm, workload: Workload, round_: int, reason: str, t0: float,
               summary: RaceSummary) -> None:

@@ -24,6 +24,7 @@ import numpy as np
 from graphmode.core.dataset import ProfileStore
 from graphmode.core.errors import DatasetError, ModelError, ObjectiveError
 from graphmode.core.modes import DEFAULT_MODE
+from graphmode.profiling.race_sizes import is_sizes_row
 from graphmode.selector.aggregate import TrainingSet, build_training_set
 from graphmode.selector.artifacts import save_artifact
 from graphmode.selector.card import (
@@ -77,7 +78,8 @@ def load_rows(dataset: Path | Sequence[Path]) -> tuple[list[dict[str, object]], 
     total = 0
     for path in paths:
         with ProfileStore(path, readonly=True) as store:
-            rows.extend(store.rows(status="ok"))
+            # a capture-size arm's rows ran the default mode with another list: not the mode's latency
+            rows.extend(r for r in store.rows(status="ok") if not is_sizes_row(r))
             total += store.count()
     return rows, total
 

@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graphmode.core.modes import DEFAULT_MODE
 from graphmode.profiling.race_rounds import CONTROL_ARM, DEFAULT_ARM, RACE_METRICS, RoundTable, arm_verdicts
+from graphmode.profiling.race_sizes import is_sizes_row
 from graphmode.profiling.sequential import Decision, SequentialRule
 from graphmode.selector.featurize import shape_key, shape_of_row
 
@@ -96,7 +97,9 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = Sequ
     """Pooled and per-workload verdicts per (shape, arm, metric) of every raced shape in *rows*."""
     by_shape: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for r in rows:
-        if r.get("status") == "ok" and r.get("race_round") is not None and r.get("race_arm"):
+        # a capture-size arm (profiling/race_sizes.py) measured a list, not a mode: no mode verdict of it
+        if r.get("status") == "ok" and r.get("race_round") is not None and r.get("race_arm") \
+                and not is_sizes_row(r):
             by_shape[shape_key(shape_of_row(r))].append(r)
     out: list[RaceVerdict] = []
     for shape, shape_rows in sorted(by_shape.items()):

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Issue 14 on one GPU: vLLM's default capture sizes against the recommended ones, case after case, in the
+# background; collects what it wrote. docs/capture-sizes.md has the table this feeds (bench/capture_table.py).
+#
+# usage (on the GPU host, from the repo root, after unpack.sh put vLLM in $GM_SITE):
+#   [CAP_TAG=NAME] bench/gpu/capture_chain.sh WAIT_S CASE [CASE...] [-- race options...]
+#   CASE = SHAPE[:KIND[:RACE_BUDGET_MIN]]   SHAPE: models/shapes/SHAPE.json (dummy weights)
+#     KIND loads (default): vLLM's default --max-num-seqs; workloads cap-low-r2 and cap-high-r32
+#     KIND long: --max-num-seqs 1024 (default list still stops at 512); workload cap-long-r256 (> 512 running)
+#     RACE_BUDGET_MIN: the race's --budget-min (default 5)
+#
+# Per case (dataset $CAP_TAG-SHAPE[-long].sqlite, logs under /tmp/gmc/logs-CASE), each step skipped when done:
+#   a. profile the default mode alone on the GPU (--gpu-memory-utilization 0.5), each workload once (15 s):
+#      the step sizes per workload, and the default list's lone start (start-up s, capture s, graph GiB, KV
+#      tokens); its compile cache is the race's default arm's (vllm-cache/FULL_AND_PIECEWISE).
+#   b. bench/capture_sizes.py per workload -> rec-CASE-WORKLOAD.json (frozen once written: the race key holds it).
+#   c. a lone start of each recommended list (cap-probe, 4 s), into that arm's compile cache.
+#   d. race default vs one sizes arm per workload (low=..., high=...; one arm when the lists agree), over
+#      the case's workloads, --kv-cache-memory-bytes per engine (8G; 12G for long), --starts 2; long races
+#      tpot_p50,itl_p50 with 5 s cells after 8 s of warm-up (> 512 streams coalesce SSE chunks: TPOT holds).
+# GPU time, H200, vLLM 0.33, 0.5B-1B shapes (estimate): loads a ~1.7 + c ~2.2 + d 5 = ~9 min; long a ~1.5 +
+# c ~1.1 + d 5 = ~7.6 min. Two or three cases per 30-minute lease:
+#   GM_SITE=/tmp/site-0.33 CAP_TAG=cap-h200 bench/gpu/capture_chain.sh 560 qwen2.5-0.5b qwen2.5-0.5b:long llama-3.2-1b
+# then call it again with the same arguments every <= 10 minutes until "chain finished".
+#
+# The chain starts once under setsid and outlives the device call; calling again with the same arguments only
+# waits (up to WAIT_S) and collects. src, the grid and the shapes are copied when it starts (later device calls
+# lay the tree anew). Into $OUT (<= 8 files): one dataset per case (SQLite backup), recs.tgz (the chooser's
+# answers), logs.tgz, summary.txt, table.md (bench/capture_table.py --markdown over the datasets), gpu.csv.
+# Local smoke test against tests/support/fake_vllm.py: GM_WORK=DIR GM_PYTHON=.venv/bin/python
+#   GM_VLLM_CMD="python3 tests/support/fake_vllm.py" GM_SITE=/nonexistent bench/gpu/capture_chain.sh 300 qwen2.5-0.5b
+set -uo pipefail
+wait_s="$1"; shift
+cases=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do cases+=("$1"); shift; done
+[ "${1:-}" = "--" ] && shift
+work="${GM_WORK:-/tmp/gmc}"; mkdir -p "$work"
+tag="${CAP_TAG:-cap-h200}"
+case "$tag" in *[!A-Za-z0-9._-]*|"") echo "CAP_TAG: letters, digits, . _ - only" >&2; exit 2;; esac
+py="${GM_PYTHON:-python3}"
+# $OUT takes at most 8 files: a dataset per case plus five others
+[ ${#cases[@]} -ge 1 ] && [ ${#cases[@]} -le 3 ] || { echo "give 1 to 3 cases per chain" >&2; exit 2; }
+for c in "${cases[@]}"; do
+  IFS=: read -r shape kind budget <<< "$c"
+  case "${kind:-loads}" in loads|long) ;; *) echo "case $c: KIND is loads or long" >&2; exit 2;; esac
+  [ -f "models/shapes/$shape.json" ] || { echo "case $c: no models/shapes/$shape.json" >&2; exit 2; }
+done
+case_name() { IFS=: read -r s k _ <<< "$1"; [ "${k:-loads}" = long ] && echo "$s-long" || echo "$s"; }
+
+if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/null; }; then
+  rm -rf "$work/src" && cp -r src "$work/src" && cp -r models/shapes "$work/shapes" 2>/dev/null
+  cp bench/capture_sizes.py bench/capture_table.py bench/grids/capture-sizes.yaml "$work/"
+  printf '%q ' "$@" > "$work/race-options"
+  echo "$tag" > "$work/tag"
+  echo "${GM_SITE:-/tmp/site}" > "$work/site"
+  echo "$py" > "$work/python"
+  echo "${GM_VLLM_CMD:-python3 -m vllm.entrypoints.openai.api_server}" > "$work/vllm-cmd"
+  # shellcheck disable=SC2016
+  setsid nohup bash -c '
+    work="$1"; shift
+    opts=$(cat "$work/race-options"); tag=$(cat "$work/tag"); site=$(cat "$work/site"); py=$(cat "$work/python")
+    vcmd=$(cat "$work/vllm-cmd")
+    PYTHONPATH="$site"
+    if [ -f "$site.env" ]; then . "$site.env"; fi
+    export PYTHONPATH="$PYTHONPATH:$work/src" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
+    grid="$work/capture-sizes.yaml"
+    log() { echo "$(date -u +%FT%TZ) $*" >>"$work/chain.out"; }
+    for c in "$@"; do
+      IFS=: read -r shape kind budget <<< "$c"; kind="${kind:-loads}"
+      name="$shape"; [ "$kind" = long ] && name="$shape-long"
+      ds="$work/$tag-$name.sqlite"; logs="$work/logs-$name"; out="$work/case-$name.out"
+      mkdir -p "$work/model-$shape" "$logs"; cp "$work/shapes/$shape.json" "$work/model-$shape/config.json"
+      args=(--model "$work/model-$shape" --load-format dummy --skip-tokenizer-init --max-model-len 4096)
+      if [ "$kind" = long ]; then
+        args+=(--max-num-seqs 1024); seqs=1024; loads=(cap-long-r256); arms=(long); kv=12G
+        race=(--cell-s 5 --cell-warmup-s 8 --race-metrics tpot_p50,itl_p50)
+      else
+        seqs=256; loads=(cap-low-r2 cap-high-r32); arms=(low high); kv=8G; race=()
+      fi
+      prof=("$py" -m graphmode.profiling profile --grid "$grid" --modes FULL_AND_PIECEWISE --dataset "$ds"
+            --resume --port 8300 --log-dir "$logs" --vllm-cmd "$vcmd")
+      log "$name: a. profile the default list (${loads[*]})"
+      VLLM_CACHE_ROOT="$logs/vllm-cache/FULL_AND_PIECEWISE" "${prof[@]}" --workloads "$(IFS=,; echo "${loads[*]}")" \
+        -- "${args[@]}" --gpu-memory-utilization 0.5 >>"$out" 2>&1 < /dev/null || { log "$name: profile failed"; continue; }
+      specs=(); i=0; ok=1
+      for w in "${loads[@]}"; do
+        rec="$work/rec-$name-$w.json"
+        if [ ! -s "$rec" ]; then
+          log "$name: b. capture sizes for $w"
+          "$py" "$work/capture_sizes.py" "$ds" --workload "$w" --max-num-seqs "$seqs" --json >"$rec.tmp" 2>>"$out" \
+            && mv "$rec.tmp" "$rec"
+        fi
+        sizes=$("$py" -c "import json,sys; a=json.load(open(sys.argv[1])); print(\",\".join(map(str, a[0][\"answer\"][\"sizes\"])))" "$rec" 2>>"$out")
+        [ -n "$sizes" ] || { log "$name: no recommendation for $w (no step sizes recorded?)"; rm -f "$rec"; ok=0; break; }
+        specs+=("${arms[$i]}=$sizes"); i=$((i + 1))
+      done
+      [ "$ok" = 1 ] || continue
+      # one arm per distinct list (the race refuses two arms with one list)
+      if [ "${#specs[@]}" = 2 ] && [ "${specs[0]#*=}" = "${specs[1]#*=}" ]; then specs=("both=${specs[0]#*=}"); fi
+      for s in "${specs[@]}"; do
+        arm="${s%%=*}"; list="${s#*=}"
+        cc="{\"cudagraph_capture_sizes\":[$list],\"max_cudagraph_capture_size\":${list##*,}}"
+        log "$name: c. lone start of $arm [$list]"
+        VLLM_CACHE_ROOT="$logs/vllm-cache/$arm" "${prof[@]}" --workloads cap-probe \
+          -- "${args[@]}" --gpu-memory-utilization 0.5 --compilation-config "$cc" >>"$out" 2>&1 < /dev/null \
+          || log "$name: lone start of $arm failed (the race goes on; the table marks its start-up numbers)"
+      done
+      sa=(); for s in "${specs[@]}"; do sa+=(--sizes-arm "$s"); done
+      log "$name: d. race ${specs[*]} over ${loads[*]}, budget ${budget:-5} min"
+      eval "\"\$py\" -m graphmode.profiling profile --race --grid \"\$grid\" --modes FULL_AND_PIECEWISE \
+        --workloads \"\$(IFS=,; echo \"\${loads[*]}\")\" --dataset \"\$ds\" --port 8200 --log-dir \"\$logs\" \
+        --vllm-cmd \"\$vcmd\" --kv-cache-memory-bytes \$kv --budget-min \${budget:-5} --starts 2 \
+        \"\${race[@]}\" \"\${sa[@]}\" $opts -- \"\${args[@]}\"" >>"$out" 2>&1 < /dev/null
+      log "$name: race exited $?"
+    done
+    log "chain done"' chain "$work" "${cases[@]}" >>"$work/chain.out" 2>&1 < /dev/null &
+  echo $! > "$work/chain.pid"
+  echo "started the capture chain (pid $!): ${cases[*]}"
+fi
+
+end=$((SECONDS + wait_s))
+while kill -0 "$(cat "$work/chain.pid")" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
+kill -0 "$(cat "$work/chain.pid")" 2>/dev/null && echo "chain still running" || echo "chain finished"
+
+datasets=()
+for c in "${cases[@]}"; do
+  n=$(case_name "$c"); [ -f "$work/$tag-$n.sqlite" ] && datasets+=("$work/$tag-$n.sqlite")
+done
+summary() {
+  cat "$work/chain.out" 2>/dev/null
+  for c in "${cases[@]}"; do
+    n=$(case_name "$c")
+    echo "== $n"; grep -E '^(race race-|round [0-9]+ done|  [A-Za-z_+-]+ +(itl|ttft|tpot)|done in)' \
+      "$work/case-$n.out" 2>/dev/null | tail -n 8
+  done
+}
+table() {
+  [ ${#datasets[@]} -gt 0 ] || return 0
+  PYTHONPATH="$work/src" "$py" "$work/capture_table.py" "${datasets[@]}" --markdown 2>&1
+}
+if [ -n "${OUT:-}" ]; then
+  for d in "${datasets[@]}"; do
+    "$py" - "$d" "$OUT/$(basename "$d")" <<'PY'
+import sqlite3, sys
+src = sqlite3.connect(sys.argv[1]); dst = sqlite3.connect(sys.argv[2]); src.backup(dst); dst.close()
+PY
+  done
+  (cd "$work" && tar -czf "$OUT/recs.tgz" rec-*.json 2>/dev/null)
+  (cd "$work" && tar -czf "$OUT/logs.tgz" --exclude='model-*' --exclude='shapes' --exclude='src' \
+    --exclude='vllm-cache' --exclude='*.sqlite*' --exclude='*.pid' --exclude='rec-*' .) 2>/dev/null
+  summary > "$OUT/summary.txt"
+  table > "$OUT/table.md"
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total,uuid --format=csv > "$OUT/gpu.csv" 2>/dev/null \
+    || rm -f "$OUT/gpu.csv"
+fi
+summary
+table

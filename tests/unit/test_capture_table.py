@@ -1,0 +1,110 @@
+"""bench/capture_table.py on a small SYNTHETIC dataset: a race of vLLM's default list against a sizes arm over
+two loads (two engine starts each), plus lone profile starts of both lists, as bench/gpu/capture_chain.sh
+writes them. Not measurements."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import math
+import random
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from graphmode.core.dataset import ProfileStore
+from graphmode.core.records import CellRecord, Fingerprint, LatencyStats, ObservedFeatures, RaceInfo, StartupInfo
+from graphmode.selector.capture import default_capture_sizes
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+LOW = [1, 2, 4, 8]
+DEFAULT = default_capture_sizes(256)
+SPEC = {"rate": 2.0}
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("capture_table", BENCH / "capture_table.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _args(sizes: list[int] | None) -> list[str]:
+    args = ["--model", "/m", "--max-model-len", "4096"]
+    if sizes:
+        args += ["--compilation-config", json.dumps({"cudagraph_capture_sizes": sizes})]
+    return args
+
+
+def _startup(sizes: list[int], lone: bool, jitter: float) -> StartupInfo:
+    n = len(sizes)
+    return StartupInfo(startup_s=40 + n * 0.2 + jitter, capture_s=0.1 * n + jitter / 10,
+                       graph_gib=(0.01 * n if lone else -3.0), kv_cache_tokens=(2_000_000 - 800 * n) if lone
+                       else 700_000, capture_sizes=sizes)
+
+
+def _row(run: str, arm: str, sizes: list[int] | None, workload: str, rnd: int, itl: float, start: str | None,
+         lone: bool = False, batch: float = 2.0) -> CellRecord:
+    resolved = sizes or DEFAULT
+    race = RaceInfo() if lone else RaceInfo(id="race-synth", round=rnd, arm=arm, requested_mode="FULL_AND_PIECEWISE",
+                                            start_id=start, capture_sizes=sizes)
+    return CellRecord(
+        run_id=run, profile_key="p", mode="FULL_AND_PIECEWISE", workload=workload, workload_spec=SPEC, repeat=rnd,
+        status="ok", started_at=1000.0 + rnd, finished_at=1001.0 + rnd,
+        latency=LatencyStats(itl_p50=itl, ttft_p50=itl * 5),
+        startup=_startup(resolved, lone, jitter=(hash(start) % 7) / 10 if start else 0.0),
+        fingerprint=Fingerprint(model_architecture="Qwen2ForCausalLM", num_params_b=0.5,
+                                vllm_args=_args(sizes)),
+        features=ObservedFeatures(batch_max=batch), race=race)
+
+
+def write_dataset(path: Path) -> None:
+    rng = random.Random(7)
+    with ProfileStore(path) as store:
+        for sizes, run in ((None, "lone-d"), (LOW, "lone-low")):
+            store.append(_row(run, "", sizes, "cap-low-r2", 0, 0.002, None, lone=True), "h")
+        for rnd in range(24):
+            w = ("cap-low-r2", "cap-high-r32")[rnd % 2]
+            # two starts of each arm in the race's chain of blocks: (A1, D1), (A1, D2), (A2, D2)
+            kd, ka = 1 + (rnd >= 8), 1 + (rnd >= 16)
+            base = 0.002 if w == "cap-low-r2" else 0.004
+            noise = math.exp(rng.gauss(0, 0.002))
+            store.append(_row("race-run", "FULL_AND_PIECEWISE", None, w, rnd, base, f"r:FULL_AND_PIECEWISE:{kd}",
+                              batch=3 if w == "cap-low-r2" else 60), "h")
+            # the short list: equivalent at low load, un-graphed decode steps (1.5x) at high load
+            arm_itl = base * noise * (1.0 if w == "cap-low-r2" else 1.5)
+            store.append(_row("race-run", "low", LOW, w, rnd, arm_itl, f"r:low:{ka}"), "h")
+
+
+def test_capture_table_on_a_synthetic_race(tmp_path: Path) -> None:
+    ds = tmp_path / "cap.sqlite"
+    write_dataset(ds)
+    mod = _load()
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert mod.main([str(ds), "--markdown"]) == 0
+    out = buf.getvalue()
+    lines = [ln for ln in out.splitlines() if ln.startswith("| Qwen2ForCausalLM 0.5B")]
+    by_workload = {ln.split(" | ")[1]: ln for ln in lines}
+    assert set(by_workload) == {"cap-low-r2", "cap-high-r32", "(pooled)"}, out
+    low, high = by_workload["cap-low-r2"], by_workload["cap-high-r32"]
+    assert "| 4 (≤8) / 51 (≤512) |" in low
+    # lone starts: graph GiB 0.04 vs 0.51, KV tokens 1,996,800 vs 1,959,200, no '~' mark
+    assert "| 0.04 / 0.51 |" in low and "| 1,996,800 / 1,959,200 |" in low and "~" not in low
+    assert "| equivalent 0.999× [0.988–1.010] n=9 |" in low, low  # decided at its first crossing
+    assert "worse 1.5" in high and "| 60 |" in high, high
+    assert "| itl_p50 arm/default | ttft_p50 arm/default | tpot_p50 arm/default | running max |" in out
+    assert mod.main([str(ds), "--metrics", "goodput"]) == 2
+
+    # without lone starts the race's overlapped numbers are shown, marked
+    with ProfileStore(ds) as store:
+        store._db.execute("DELETE FROM cells WHERE race_id IS NULL")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert mod.main([str(ds)]) == 0
+    assert "~-3.00 / -3.00" in buf.getvalue()
+    assert mod.main([str(tmp_path / "missing.sqlite")]) == 2
