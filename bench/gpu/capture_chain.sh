@@ -7,9 +7,9 @@
 #   CASE = SHAPE[:KIND[:RACE_BUDGET_MIN]]   SHAPE: models/shapes/SHAPE.json (dummy weights)
 #     KIND loads (default): vLLM's default --max-num-seqs; workloads cap-low-r2 and cap-high-r32
 #     KIND long: --max-num-seqs 1024 (default list still stops at 512); workload cap-long-r256 (> 512 running)
-#     RACE_BUDGET_MIN: the race's --budget-min (default 5)
+#     RACE_BUDGET_MIN: the race's --budget-min (default 7: two starts a side need a start and two restart waves)
 #
-# Per case (dataset $CAP_TAG-SHAPE[-long].sqlite, logs under /tmp/gmc/logs-CASE), each step skipped when done:
+# Per case (dataset $CAP_TAG-SHAPE[-long].sqlite, logs under /tmp/gmcap/logs-CASE), each step skipped when done:
 #   a. profile the default mode alone on the GPU (--gpu-memory-utilization 0.5), each workload once (15 s):
 #      the step sizes per workload, and the default list's lone start (start-up s, capture s, graph GiB, KV
 #      tokens); its compile cache is the race's default arm's (vllm-cache/FULL_AND_PIECEWISE).
@@ -18,9 +18,12 @@
 #   d. race default vs one sizes arm per workload (low=..., high=...; one arm when the lists agree), over
 #      the case's workloads, --kv-cache-memory-bytes per engine (8G; 12G for long), --starts 2; long races
 #      tpot_p50,itl_p50 with 5 s cells after 8 s of warm-up (> 512 streams coalesce SSE chunks: TPOT holds).
-# GPU time, H200, vLLM 0.33, 0.5B-1B shapes (estimate): loads a ~1.7 + c ~2.2 + d 5 = ~9 min; long a ~1.5 +
-# c ~1.1 + d 5 = ~7.6 min. Two or three cases per 30-minute lease:
-#   GM_SITE=/tmp/site-0.33 CAP_TAG=cap-h200 bench/gpu/capture_chain.sh 560 qwen2.5-0.5b qwen2.5-0.5b:long llama-3.2-1b
+# GPU time, H200, vLLM 0.33, 0.5B-1B shapes (estimate): loads a ~1.7 + c ~2.2 + d 7 = ~11 min; long a ~1.5 +
+# c ~1.1 + d 7 = ~9.6 min. Two cases per 30-minute lease (a race with --starts 2 needs its start, ~75 s,
+# the first block, and two restart waves of ~75 s each before the second starts pair; the race skips a
+# wave the budget cannot pay for, so a smaller budget ends with one start a side and no "equivalent"):
+#   GM_SITE=/tmp/site-0.33 CAP_TAG=cap-h200 bench/gpu/capture_chain.sh 560 qwen2.5-0.5b qwen2.5-0.5b:long
+#   (next lease: llama-3.2-1b llama-3.1-8b)
 # then call it again with the same arguments every <= 10 minutes until "chain finished".
 #
 # The chain starts once under setsid and outlives the device call; calling again with the same arguments only
@@ -34,7 +37,7 @@ wait_s="$1"; shift
 cases=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do cases+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
-work="${GM_WORK:-/tmp/gmc}"; mkdir -p "$work"
+work="${GM_WORK:-/tmp/gmcap}"  # not config_chain.sh's /tmp/gmc: both may run in one lease; mkdir -p "$work"
 tag="${CAP_TAG:-cap-h200}"
 case "$tag" in *[!A-Za-z0-9._-]*|"") echo "CAP_TAG: letters, digits, . _ - only" >&2; exit 2;; esac
 py="${GM_PYTHON:-python3}"
@@ -106,10 +109,10 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
           || log "$name: lone start of $arm failed (the race goes on; the table marks its start-up numbers)"
       done
       sa=(); for s in "${specs[@]}"; do sa+=(--sizes-arm "$s"); done
-      log "$name: d. race ${specs[*]} over ${loads[*]}, budget ${budget:-5} min"
+      log "$name: d. race ${specs[*]} over ${loads[*]}, budget ${budget:-7} min"
       eval "\"\$py\" -m graphmode.profiling profile --race --grid \"\$grid\" --modes FULL_AND_PIECEWISE \
         --workloads \"\$(IFS=,; echo \"\${loads[*]}\")\" --dataset \"\$ds\" --port 8200 --log-dir \"\$logs\" \
-        --vllm-cmd \"\$vcmd\" --kv-cache-memory-bytes \$kv --budget-min \${budget:-5} --starts 2 \
+        --vllm-cmd \"\$vcmd\" --kv-cache-memory-bytes \$kv --budget-min \${budget:-7} --starts 2 \
         \"\${race[@]}\" \"\${sa[@]}\" $opts -- \"\${args[@]}\"" >>"$out" 2>&1 < /dev/null
       log "$name: race exited $?"
     done
