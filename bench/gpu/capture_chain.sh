@@ -37,7 +37,8 @@ wait_s="$1"; shift
 cases=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do cases+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
-work="${GM_WORK:-/tmp/gmcap}"  # not config_chain.sh's /tmp/gmc: both may run in one lease; mkdir -p "$work"
+# not config_chain.sh's /tmp/gmc: both chains may run in one lease
+work="${GM_WORK:-/tmp/gmcap}"; mkdir -p "$work"
 tag="${CAP_TAG:-cap-h200}"
 case "$tag" in *[!A-Za-z0-9._-]*|"") echo "CAP_TAG: letters, digits, . _ - only" >&2; exit 2;; esac
 py="${GM_PYTHON:-python3}"
