@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Tables for issue 17's step-1 experiment (bench/gpu/start_effect.py): start vs clock, and the three factors.
+"""Tables for issue 17's step-1 experiments: start vs clock and the three factors (bench/gpu/start_effect.py),
+and the long two-engine time series (bench/gpu/series.py, ``--series``).
 
 usage: bench/start_effect_stats.py DIR [--markdown]      (DIR holds cells.jsonl and starts.jsonl)
+       bench/start_effect_stats.py --series DIR [--window-min 1] [--markdown]
 
 Model, per cell type and metric, on y = ln(metric) of every cell:
     y = start effect + round effect + residual        (ordinary least squares, dummy-coded)
@@ -23,6 +25,33 @@ compared:
   CPU MHz (Fisher-z 95% interval).
 
 Ratios are exp(difference); a CV is 100·sqrt(exp(σ²) − 1).
+
+``--series`` (two warm engines A and B of one mode, the same cells in ABBA loops for N minutes), per engine,
+cell type and metric, on y = ln(metric) against t = minutes since the first cell:
+
+* **trend**: OLS slope of y on t, as a ratio per 10 minutes; its 95% t interval allows for serial correlation
+  the way Santer et al. (2000) do: with r₁ the lag-1 autocorrelation of the residuals (when positive),
+  n_eff = n·(1 − r₁)/(1 + r₁), s² = RSS/(n_eff − 2), se(b) = s/sqrt(Σ(t − t̄)²), t quantile on n_eff − 2 df;
+  the p value tests slope = 0 on the same law;
+* **lag-1 autocorrelation** of the detrended residuals in time order, 95% interval by Fisher's z with
+  se 1/sqrt(n − 3) (approximate for a serial correlation); clearly above 0 means a slow wander the line does not
+  take, near 0 cell-to-cell noise only;
+* **minute means**: the mean of y per window (``--window-min``, windows with ≥ 2 cells), their sd as a CV
+  with a χ² interval on k − 1 df (exact for independent normal window means; a drift makes them dependent,
+  and then the interval is too narrow), the part beyond the cell noise's share (σ²_between = s²_windows −
+  MS_within/n̄, as a CV) and the one-way ANOVA F test of "every window has the same mean";
+
+per cell type and metric, across the engines:
+
+* **r(A, B)**: Pearson correlation of A's and B's window means over the windows both have, Fisher-z 95%
+  interval (n − 3): a drift that follows the clock moves both engines (r well above 0); a level fixed per
+  start does not (r near 0). Cell noise in a window mean pulls r towards 0, so a small r with wide
+  windows of few cells is weak evidence;
+* **A/B**: per loop the paired log-ratio y_A − y_B of the same cell; its mean with a t interval
+  (n_eff from the pairs' own lag-1 autocorrelation as above), as a ratio: how far two warm starts of one
+  mode sit apart, the number the race's A/A arm estimates;
+* **conditions**: Pearson r (Fisher z) of the window's mean y over both engines with the window's mean GPU
+  SM clock, GPU temperature and host CPU MHz ("constant" where the reading never moved).
 """
 
 from __future__ import annotations
@@ -250,11 +279,209 @@ def report(res: list[dict[str, Any]], starts_file: pd.DataFrame | None, md: bool
     return "\n".join(lines)
 
 
+# ---- the long two-engine series (--series) ----------------------------------------------------------------
+
+CONDITIONS = (("sm", "gpu_sm_clock_mhz_mean"), ("temp", "gpu_temp_c_max"), ("mhz", "host_mhz"))
+
+
+def lag1(x: np.ndarray) -> float:
+    """Lag-1 autocorrelation of *x* around its mean (the usual estimator: lagged products over the variance)."""
+    e = x - x.mean()
+    den = float(e @ e)
+    return float(e[:-1] @ e[1:]) / den if len(x) >= 3 and den > 0 else float("nan")
+
+
+def n_effective(n: int, r1: float) -> float:
+    """Samples an AR(1) series of *n* is worth (Santer et al. 2000); no gain from a negative r₁."""
+    if math.isnan(r1) or r1 <= 0:
+        return float(n)
+    return max(n * (1 - r1) / (1 + r1), 3.0)
+
+
+def lag1_interval(x: np.ndarray) -> tuple[float, float, float, int]:
+    r, n = lag1(x), len(x)
+    if math.isnan(r) or n < 5:
+        return float("nan"), float("nan"), float("nan"), n
+    z, half = math.atanh(max(min(r, 0.999999), -0.999999)), 1.96 / math.sqrt(n - 3)
+    return r, math.tanh(z - half), math.tanh(z + half), n
+
+
+def trend(t_min: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """OLS slope per 10 minutes with a 95% interval widened for AR(1) residuals (see the module docstring)."""
+    n = len(y)
+    tc = t_min - t_min.mean()
+    sxx = float(tc @ tc)
+    if n < 4 or sxx == 0:
+        nan = float("nan")
+        return {"b10": nan, "lo": nan, "hi": nan, "p": nan, "r1": nan, "n_eff": float(n)}
+    b = float(tc @ (y - y.mean())) / sxx
+    resid = y - y.mean() - b * tc
+    r1 = lag1(resid)
+    n_eff = n_effective(n, r1)
+    dof = max(n_eff - 2, 1.0)
+    se = math.sqrt(float(resid @ resid) / dof / sxx)
+    q = float(stats.t.ppf(0.975, dof))
+    p = float(2 * stats.t.sf(abs(b) / se, dof)) if se > 0 else float("nan")
+    return {"b10": 10 * b, "lo": 10 * (b - q * se), "hi": 10 * (b + q * se), "p": p, "r1": r1, "n_eff": n_eff}
+
+
+def minute_means(t_min: np.ndarray, y: np.ndarray, window_min: float) -> dict[str, Any]:
+    """Window means of *y*, their sd (χ² interval), the sd beyond the cell noise, and the ANOVA F test."""
+    df = pd.DataFrame({"w": np.floor(t_min / window_min).astype(int), "y": y})
+    sizes = df.groupby("w").y.transform("size")
+    df = df[sizes >= 2]
+    groups = [g.y.to_numpy() for _, g in df.groupby("w")]
+    k = len(groups)
+    out: dict[str, Any] = {"k": k, "means": df.groupby("w").y.mean()}
+    if k < 3:
+        out.update(sd=float("nan"), ci=(float("nan"), float("nan")), excess_sd=float("nan"), F=float("nan"),
+                   p=float("nan"))
+        return out
+    means = np.array([g.mean() for g in groups])
+    s2 = float(np.var(means, ddof=1))
+    out["sd"] = math.sqrt(s2)
+    out["ci"] = (math.sqrt(s2 * (k - 1) / stats.chi2.ppf(0.975, k - 1)),
+                 math.sqrt(s2 * (k - 1) / stats.chi2.ppf(0.025, k - 1)))
+    within = sum(float(((g - g.mean()) ** 2).sum()) for g in groups) / (len(df) - k)
+    n_bar = len(df) / k
+    out["excess_sd"] = math.sqrt(max(s2 - within / n_bar, 0.0))
+    f, p = stats.f_oneway(*groups)
+    out["F"], out["p"] = float(f), float(p)
+    return out
+
+
+def paired_ratio(d: np.ndarray) -> dict[str, float]:
+    """Mean paired log-ratio with a t interval on n_eff (the pairs' own AR(1) serial correlation)."""
+    n = len(d)
+    if n < 3:
+        nan = float("nan")
+        return {"d": nan, "lo": nan, "hi": nan, "n": float(n), "n_eff": float(n)}
+    n_eff = n_effective(n, lag1(d))
+    m = float(d.mean())
+    se = float(np.std(d, ddof=1)) / math.sqrt(n_eff)
+    q = float(stats.t.ppf(0.975, max(n_eff - 1, 1.0)))
+    return {"d": m, "lo": m - q * se, "hi": m + q * se, "n": float(n), "n_eff": n_eff}
+
+
+def _series_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    need = {"engine", "cell", "elapsed_s", "loop"}
+    if not need <= set(cells.columns):
+        raise ValueError(f"not a series: cells.jsonl lacks {sorted(need - set(cells.columns))} "
+                         f"(bench/gpu/series.py writes them)")
+    df = cells.copy()
+    df["t_min"] = df.elapsed_s.astype(float) / 60.0
+    for _, col in CONDITIONS:
+        if col not in df.columns:
+            df[col] = np.nan
+    return df
+
+
+def analyse_series(cells: pd.DataFrame, cell: str, metric: str, window_min: float = 1.0) -> dict[str, Any]:
+    """Every --series statistic of one cell type and metric (module docstring); engines in name order."""
+    if metric not in cells.columns:
+        raise ValueError(f"cells.jsonl has no {metric}")
+    df = _series_cells(cells)
+    df = df[(df.cell == cell) & df[metric].notna()]
+    df = df[df[metric].astype(float) > 0].sort_values("t_min")
+    df = df.assign(y=np.log(df[metric].to_numpy(float)))
+    out: dict[str, Any] = {"cell": cell, "metric": metric, "engines": {}}
+    for eng, g in df.groupby("engine"):
+        t, y = g.t_min.to_numpy(float), g.y.to_numpy(float)
+        out["engines"][str(eng)] = {"n": len(g), "level": float(np.exp(y.mean())), "trend": trend(t, y),
+                                    "lag1": lag1_interval(y - (y.mean() + _slope(t, y) * (t - t.mean()))),
+                                    "minutes": minute_means(t, y, window_min)}
+    names = sorted(out["engines"])
+    out["pair"] = names
+    if len(names) == 2:
+        a, b = (out["engines"][n]["minutes"]["means"] for n in names)
+        both = pd.concat([a.rename("a"), b.rename("b")], axis=1).dropna()
+        out["r_ab"] = _r_interval(both.a.to_numpy(), both.b.to_numpy())
+        wide = df.pivot_table(index="loop", columns="engine", values="y", aggfunc="mean").dropna()
+        out["ratio"] = paired_ratio((wide[names[0]] - wide[names[1]]).to_numpy(float))
+    win = df.assign(w=np.floor(df.t_min / window_min).astype(int)).groupby("w")
+    per_w = win.agg(y=("y", "mean"), n=("y", "size"), **{k: (col, "mean") for k, col in CONDITIONS})
+    per_w = per_w[per_w.n >= 2]
+    out["corr"], out["constant"] = {}, {}
+    for k, _ in CONDITIONS:
+        vals = per_w[k].to_numpy(float)
+        finite = vals[np.isfinite(vals)]
+        if len(finite) and len(finite) == len(vals) and np.unique(finite).size == 1:
+            out["constant"][k] = float(finite[0])
+        out["corr"][k] = _r_interval(per_w.y.to_numpy(float), vals)
+    return out
+
+
+def _slope(t: np.ndarray, y: np.ndarray) -> float:
+    tc = t - t.mean()
+    sxx = float(tc @ tc)
+    return float(tc @ (y - y.mean())) / sxx if sxx > 0 else 0.0
+
+
+def series_report(res: list[dict[str, Any]], starts_file: pd.DataFrame | None, md: bool,
+                  window_min: float) -> str:
+    lines: list[str] = []
+
+    def row(*cells: object) -> None:
+        lines.append((f"| {' | '.join(map(str, cells))} |") if md else "  ".join(map(str, cells)))
+
+    def nan_or(x: float, text: str) -> str:
+        return "—" if math.isnan(x) else text
+
+    head = ("engine", "cell", "metric", "cells", "level (geo mean)", "trend per 10 min [95%] (p)",
+            "lag-1 r of residuals [95%]", f"{window_min:g}-min means: CV % [95%] (windows)", "beyond cell noise CV %",
+            "windows differ: F (p)")
+    row(*head)
+    if md:
+        row(*["---"] * len(head))
+    for r in res:
+        for eng, e in sorted(r["engines"].items()):
+            tr, (l1, l1lo, l1hi, _), mm = e["trend"], e["lag1"], e["minutes"]
+            row(eng, r["cell"], r["metric"], e["n"], f"{e['level']:.3f}",
+                nan_or(tr["b10"], f"{ratio(tr['b10'])} [{ratio(tr['lo'])}–{ratio(tr['hi'])}] ({tr['p']:.2g})"),
+                nan_or(l1, f"{l1:+.2f} [{l1lo:+.2f}, {l1hi:+.2f}]"),
+                nan_or(mm["sd"], f"{cv(mm['sd']):.1f} [{cv(mm['ci'][0]):.1f}–{cv(mm['ci'][1]):.1f}] ({mm['k']})"),
+                nan_or(mm["excess_sd"], f"{cv(mm['excess_sd']):.1f}"),
+                nan_or(mm["F"], f"{mm['F']:.2f} ({mm['p']:.2g})"))
+    lines.append("")
+    head = ("cell", "metric", "r(A, B minute means) [95%] (n)", "A/B [95%] (pairs, n_eff)", "r(minute, SM clock)",
+            "r(minute, GPU °C)", "r(minute, host MHz)")
+    row(*head)
+    if md:
+        row(*["---"] * len(head))
+    for r in res:
+        if "r_ab" not in r:
+            row(r["cell"], r["metric"], f"one engine only ({', '.join(r['pair'])})", "—", "—", "—", "—")
+            continue
+        rr, lo, hi, n = r["r_ab"]
+        q = r["ratio"]
+        row(r["cell"], r["metric"], "—" if math.isnan(rr) else f"{rr:+.2f} [{lo:+.2f}, {hi:+.2f}] ({n})",
+            nan_or(q["d"], f"{ratio(q['d'])} [{ratio(q['lo'])}–{ratio(q['hi'])}] ({q['n']:.0f}, {q['n_eff']:.0f})"),
+            _corr(r, "sm"), _corr(r, "temp"), _corr(r, "mhz"))
+    if starts_file is not None and not starts_file.empty:
+        lines.append("")
+        head = ("engine", "start", "kind", "ok", "startup s", "compile s", "capture s", "wall s (wave)")
+        row(*head)
+        if md:
+            row(*["---"] * len(head))
+        for _, s in starts_file.sort_values(["start_no", "slot"]).iterrows():
+            def num(key: str, s: pd.Series = s) -> str:
+                v = s.get(key)
+                return "—" if v is None or pd.isna(v) else f"{float(v):.1f}"
+            kind = "compile" if s.get("wave") == 0 else ("measured, cold" if s.get("cold") else "measured, warm")
+            row(s.get("arm"), s.get("start_no"), kind, "yes" if s.get("ok") else f"no: {s.get('error')}",
+                num("startup_s"), num("compile_s"), num("capture_s"), num("wall_s"))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir", type=Path)
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--series", action="store_true", help="DIR is a bench/gpu/series.py run")
+    ap.add_argument("--window-min", type=float, default=1.0, help="--series: minutes per window (default 1)")
     args = ap.parse_args(argv)
+    if not args.window_min > 0:
+        ap.error("--window-min must be positive")
     try:
         cells = pd.read_json(args.dir / "cells.jsonl", lines=True)
     except (OSError, ValueError) as exc:
@@ -263,6 +490,18 @@ def main(argv: list[str] | None = None) -> int:
     starts_file = None
     if (args.dir / "starts.jsonl").exists():
         starts_file = pd.read_json(args.dir / "starts.jsonl", lines=True)
+    if "cell" not in cells.columns or cells.empty:
+        print(f"{args.dir / 'cells.jsonl'}: no cells", file=sys.stderr)
+        return 2
+    if args.series:
+        try:
+            sres = [analyse_series(cells, cell, metric, args.window_min)
+                    for cell in sorted(cells.cell.unique()) for metric in METRICS]
+        except ValueError as exc:
+            print(f"{args.dir}: {exc}", file=sys.stderr)
+            return 2
+        print(series_report(sres, starts_file, args.markdown, args.window_min))
+        return 0
     res = [analyse(cells, cell, metric) for cell in sorted(cells.cell.unique()) for metric in METRICS]
     print(report(res, starts_file, args.markdown))
     return 0
