@@ -83,7 +83,10 @@ def test_race_two_real_engines_kill_one_and_resume(tmp_path: Path) -> None:
     assert float(ok[0]["race_starts_wall_s"]) < 0.9 * sum(starts)  # type: ignore[arg-type]
     first_rounds = {int(r["race_round"]) for r in ok}  # type: ignore[call-overload]
 
-    resumed = subprocess.run(race_argv(dataset, logs, free_port(), "--max-rounds", "3", "--starts", "3"),
+    # a budget that pays for the restart wave however slow this box starts vLLM (a wave the budget left
+    # cannot pay for is skipped)
+    resumed = subprocess.run(race_argv(dataset, logs, free_port(), "--max-rounds", "3", "--starts", "3",
+                                       "--budget-min", "30"),
                              capture_output=True, text=True, timeout=800, check=False)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"{len(first_rounds)} rounds already measured" in resumed.stderr
