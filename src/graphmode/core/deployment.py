@@ -187,6 +187,19 @@ def _backend(name: str) -> str:
     return name.rsplit(".", 1)[-1].strip().upper().replace(" ", "_")
 
 
+def _json_object(raw: str | None, flag: str) -> dict[str, Any] | None:
+    """A vLLM flag's JSON-object value; None when the flag is absent or empty."""
+    if not raw:
+        return None
+    try:
+        cfg = json.loads(raw)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise DeploymentError(f"{flag} is not JSON: {exc}") from None
+    if not isinstance(cfg, dict):
+        raise DeploymentError(f"{flag} must be a JSON object")
+    return cfg
+
+
 def _attention_config_backend(argv: list[str]) -> str | None:
     """The backend of vLLM's ``--attention-config``/``-ac`` (JSON, or the dotted ``-ac.backend X``): vLLM
     0.33 selects a backend there as well as with ``--attention-backend`` (and no longer reads
@@ -196,15 +209,9 @@ def _attention_config_backend(argv: list[str]) -> str | None:
     dotted = get_flag(argv, "--attention-config.backend", "-ac.backend", "--attention_config.backend")
     if dotted:
         return dotted
-    raw = get_flag(argv, "--attention-config", "-ac", "--attention_config")
-    if not raw:
+    cfg = _json_object(get_flag(argv, "--attention-config", "-ac", "--attention_config"), "--attention-config")
+    if cfg is None:
         return None
-    try:
-        cfg = json.loads(raw)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise DeploymentError(f"--attention-config is not JSON: {exc}") from None
-    if not isinstance(cfg, dict):
-        raise DeploymentError("--attention-config must be a JSON object")
     backend = cfg.get("backend")
     return str(backend) if backend not in (None, "", "auto") else None
 
@@ -212,16 +219,10 @@ def _attention_config_backend(argv: list[str]) -> str | None:
 def _speculative(argv: list[str]) -> dict[str, Any]:
     from graphmode.vllm_args import get_flag
 
-    raw = get_flag(argv, "--speculative-config", "--speculative_config")
+    spec = _json_object(get_flag(argv, "--speculative-config", "--speculative_config"), "--speculative-config")
     method: str | None = None
     k: int | None = None
-    if raw:
-        try:
-            spec = json.loads(raw)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise DeploymentError(f"--speculative-config is not JSON: {exc}") from None
-        if not isinstance(spec, dict):
-            raise DeploymentError("--speculative-config must be a JSON object")
+    if spec is not None:
         if spec.get("method") is not None:
             method = str(spec["method"]).lower()
         elif spec.get("model"):
