@@ -47,7 +47,7 @@ def aa_line(pooled: dict[tuple[str, str], RaceVerdict], metrics: list[str]) -> s
             ci = f" [{v.lo:.2f}–{v.hi:.2f}]" if v.lo is not None and v.hi is not None else ""
             parts.append(f"{k} {v.ratio:.3f}×{ci} over {v.rounds} rounds, {v.starts} start(s) each")
     if not parts:
-        return "A/A arm (CONTROL): not raced (--control)"
+        return "A/A arm (CONTROL): not raced (a race with --control has one)"
     return "A/A arm (CONTROL, a second engine of the default) / default: " + "; ".join(parts)
 
 
