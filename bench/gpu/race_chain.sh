@@ -76,6 +76,8 @@ summary() {
     echo "$shape: ${last:-not started}"
   done
   cat "$work/chain.out" 2>/dev/null
+  # how big the compile caches are: whether a later lease could carry them in and skip the compile start
+  du -sh "$work"/logs-*/vllm-cache/* 2>/dev/null | sed 's/^/compile cache: /'
 }
 if [ -n "${OUT:-}" ]; then
   for a in "${assign[@]}"; do
