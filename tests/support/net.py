@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -14,11 +15,32 @@ from typing import Any
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
+SPAN = 8  # races and the series put engine i on port + i: the block is checked whole
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (bound, then closed)."""
-    with socket.socket() as s:
+    """The first of ``SPAN`` consecutive ports nothing is bound to right now, below Linux's ephemeral range.
+
+    Why not ``bind(0)``: that hands out an ephemeral port, and the ports after it are where the kernel puts
+    the client side of outgoing connections, so an engine on ``port + 1`` found it taken ("Address already
+    in use", seen in CI). Below 32768 the kernel never picks a port by itself."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 32768 - SPAN)
+        if all(_bindable(host, base + i) for i in range(SPAN)):
+            return base
+    with socket.socket() as s:  # a box with that whole range busy: the old way
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 @dataclass
