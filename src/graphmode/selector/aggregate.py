@@ -33,6 +33,7 @@ from graphmode.core.errors import DatasetError
 from graphmode.core.modes import ALL_MODES, CudaGraphMode, parse_mode
 from graphmode.core.records import Fingerprint, ObservedFeatures
 from graphmode.selector.featurize import shape_key, shape_of_row
+from graphmode.selector.noise import RaceNoise, race_noise
 from graphmode.selector.objective import CONSTANT_METRICS, WORKLOAD_METRICS
 from graphmode.selector.paired import PairedVerdict, measured_from_rows, paired_rounds, paired_verdicts
 from graphmode.selector.verdicts import RaceVerdict, race_verdicts
@@ -80,6 +81,7 @@ class TrainingSet:
     notes: list[str] = field(default_factory=list)
     paired: list[PairedVerdict] = field(default_factory=list)  # mode vs default inside rounds, per shape
     race: list[RaceVerdict] = field(default_factory=list)  # race verdicts per shape (selector.verdicts)
+    race_noise: list[RaceNoise] = field(default_factory=list)  # restart and clock effects per shape (selector.noise)
 
     @property
     def groups(self) -> list[str]:
@@ -371,6 +373,7 @@ def build_training_set(
     synthetic = any(str(r.get("run_id", "")).startswith("synthetic") for r in usable)
     if synthetic:
         notes.append("SYNTHETIC rows (run_id 'synthetic-*'): not measurements; for development only")
+    race = race_verdicts(usable)
     return TrainingSet(
         units=units,
         modes=modes,
@@ -393,5 +396,6 @@ def build_training_set(
         synthetic=synthetic,
         notes=notes,
         paired=paired_verdicts(paired_rounds(measured_from_rows(usable, metric_value))),
-        race=race_verdicts(usable),
+        race=race,
+        race_noise=race_noise(usable, race),
     )

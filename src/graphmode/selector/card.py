@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from graphmode.core.errors import DatasetError, ModelError
 from graphmode.core.records import Fingerprint
 from graphmode.selector.featurize import FeatureSpec
+from graphmode.selector.noise import RaceNoise
 from graphmode.selector.objective import Objective
 from graphmode.selector.paired import PairedVerdict
 from graphmode.selector.verdicts import RaceVerdict
@@ -211,6 +212,10 @@ class ModelCard(_Card):
     )
     race: list[RaceVerdict] = Field(
         default_factory=list, description="race verdicts per shape, mode and metric (selector.verdicts)"
+    )
+    race_noise: list[RaceNoise] = Field(
+        default_factory=list, description="what a restart alone and the clock alone moved latency by, per shape "
+                                          "and metric, from the race rows (selector.noise)"
     )
     artifacts: dict[str, ArtifactInfo]
     notes: list[str] = Field(default_factory=list)

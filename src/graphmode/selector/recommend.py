@@ -36,6 +36,7 @@ from graphmode.selector.card import ARTIFACT_FILE, ModelCard
 from graphmode.selector.describe import WorkloadDescription, describe_features
 from graphmode.selector.featurize import ARCH_FIELD, SHAPE_FEATURES, shape_key
 from graphmode.selector.model import SelectorModel, _design
+from graphmode.selector.noise import RaceNoise, noise_for
 from graphmode.selector.objective import METRICS, TIE_Z, Objective, make_objective, rank, relative_gain
 from graphmode.selector.paired import PairedVerdict
 from graphmode.selector.registry import FingerprintMatch, match_card, select_model
@@ -117,6 +118,8 @@ class Recommendation(BaseModel):
     fingerprint_match: str
     synthetic_model: bool = False
     race: RaceAnswer | None = Field(None, description="what the race verdicts decided (None: no race rounds)")
+    noise: RaceNoise | None = Field(
+        None, description="what a restart alone and the clock alone moved the objective's metric by on this shape")
     warnings: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     elapsed_ms: float | None = None
@@ -451,6 +454,9 @@ class Recommender:
                 notes = [n for n in notes if not any(n.startswith(f"{m} scores best") for m in race.worse)]
             best = race.mode
             notes += race.notes
+        spread = noise_for(self.card.race_noise, shape_key(self._shape) if self._shape else "", obj.metric)
+        if spread is not None and spread.describe():
+            notes.append(f"noise on this model shape: {spread.describe()}")
         if self.card.synthetic:
             warnings.append("this model was trained on SYNTHETIC data: its numbers are not measurements")
 
@@ -528,6 +534,7 @@ class Recommender:
             fingerprint_match=self.match.kind,
             synthetic_model=self.card.synthetic,
             race=race,
+            noise=spread,
             warnings=warnings,
             notes=notes,
             elapsed_ms=(time.perf_counter() - t0) * 1e3,

@@ -314,6 +314,7 @@ def build_card(
         describe=checks,
         paired=ts.paired,
         race=ts.race,
+        race_noise=ts.race_noise,
         artifacts={ARTIFACT_FILE: artifact},
         notes=notes,
     )
