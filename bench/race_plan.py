@@ -353,7 +353,7 @@ def run(argv: list[str] | None = None) -> list[str]:
     lines += [f"tau {noise.tau:.3f}, sigma {noise.sigma:.3f} (log); delta {rule.delta:g}, confidence "
               f"{rule.confidence:g}; {args.races} races per cell, seed {args.seed}; blocks of "
               f"{args.rounds_per_block} rounds (first {max(rule.min_rounds, args.rounds_per_block)}), at most "
-              f"{args.max_rounds} rounds{budget}; round {noise.round_s:g} s, wave {noise.wave_s:g} s", ""]
+              f"{args.max_rounds} rounds{budget}; round {noise.round_s:.1f} s, wave {noise.wave_s:.0f} s", ""]
     lines += render(cells, args.markdown)
     lines += ["", f"fewest starts per arm with >= {args.target:.0%} of races decided:",
               *(f"  {x}" for x in answer(cells, args.target))]
