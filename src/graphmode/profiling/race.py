@@ -244,6 +244,23 @@ class RaceSummary:
         return out
 
 
+def wave_due(starts: int, block_rounds: int, min_rounds: int, default_starts: int,
+             live: Sequence[tuple[int, int]]) -> Literal["default"] | tuple[int, ...] | None:
+    """The restart wave due after a round: ``"default"``, the indices of the *live* challengers to restart,
+    or None. *live* holds each live challenger's (starts so far, rounds in its current block). Kept apart
+    from the race loop so that ``bench/race_plan.py`` simulates the blocks a race really makes."""
+    if starts <= 1 or not live:
+        return None
+    for arm_starts, rounds in live:
+        first = arm_starts == 1 and default_starts == 1
+        if rounds < (max(min_rounds, block_rounds) if first else block_rounds):
+            return None
+    if default_starts < starts and default_starts <= min(s for s, _ in live):
+        return "default"
+    wave = tuple(i for i, (s, _) in enumerate(live) if s < min(starts, default_starts))
+    return wave or None
+
+
 def race_key(profile_key: str, config: RaceConfig, design: Sequence[Workload]) -> str:
     """What must match for a session to continue a race: the profile key and what shapes its verdicts."""
     payload = json.dumps({
@@ -564,17 +581,12 @@ class Racer:
         live = [a for a in self.challengers if a.state == "live"]
         if c.starts <= 1 or default.state != "live" or not live or self.waves_closed:
             return
-        for arm in live:
-            first = arm.starts == 1 and default.starts == 1
-            need = max(self.rule.min_rounds, c.block_rounds) if first else c.block_rounds
-            if self.table.current_block_rounds(arm.name, arm.start_id, default.start_id) < need:
-                return
-        if default.starts < c.starts and default.starts <= min(a.starts for a in live):
-            wave = [default]
-        else:
-            wave = [a for a in live if a.starts < min(c.starts, default.starts)]
-        if not wave:
+        due = wave_due(c.starts, c.block_rounds, self.rule.min_rounds, default.starts,
+                       [(a.starts, self.table.current_block_rounds(a.name, a.start_id, default.start_id))
+                        for a in live])
+        if due is None:
             return
+        wave = [default] if due == "default" else [live[i] for i in due]
         left_s = (c.budget_min - spent_min) * 60
         need_s = self._wave_cost_s()
         if left_s < need_s:
