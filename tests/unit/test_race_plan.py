@@ -123,3 +123,25 @@ def test_noise_from_a_race_dataset() -> None:
     assert 0 < est["sigma"] < 0.5 and 0 <= est["tau"] < 0.5
     assert 0 < est["round_s"] < 60 and 10 < est["wave_s"] < 600
     assert any(n.startswith("tau ") for n in notes)
+
+
+def _load_aa() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "bench" / "race_plan_aa.py"
+    spec = importlib.util.spec_from_file_location("race_plan_aa", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_dropped_alternative_interval_runs_and_restores_the_rule() -> None:
+    """bench/race_plan_aa.py (design.md, tried and dropped): a clear 0.7× is called better under both rules,
+    and the race's own interval is back in place afterwards."""
+    from graphmode.profiling import sequential
+    aa = _load_aa()
+    before = sequential.block_interval
+    for alternative in (False, True):
+        shares, _ = aa.run(0.7, 2, 0.0, 0.01, alternative, races=5)
+        assert shares["better"] == 100
+    assert sequential.block_interval is before
+    assert aa.main(["x"]) == 2 and aa.main(["0.02", "0"]) == 2
