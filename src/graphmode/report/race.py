@@ -2,7 +2,8 @@
 
 The verdicts are the model card's (``card.race``, :mod:`graphmode.selector.verdicts`): the ones the
 recommender acts on. Pooled verdicts only; the A/A arm (a second engine start of the default) is listed
-last, since its ratio is the engine-start effect every one-start verdict carries.
+after the modes, since its ratio is the engine-start effect every one-start verdict carries, and last the
+default's round-to-round spread inside one start (``card.race_noise``): what the clock alone moves.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from graphmode.selector.card import ModelCard
+from graphmode.selector.noise import RaceNoise, noise_for
 from graphmode.selector.verdicts import RaceVerdict
 
 CONTROL = "CONTROL"
@@ -40,8 +42,17 @@ def tables(card: ModelCard) -> list[tuple[str, list[str], list[list[str]]]]:
         modes = sorted({v.mode for v in vs}, key=lambda m: (m == CONTROL, m))
         rows = [[("A/A: 2nd start of the default" if m == CONTROL else m),
                  *(by[(m, k)].cell() if (m, k) in by else "–" for k in metrics)] for m in modes]
+        wander = {k: n for k in metrics if (n := noise_for(card.race_noise, shape, k)) and n.wander_cv_pct is not None}
+        if wander:
+            rows.append(["the default again, same start: round-to-round CV",
+                         *(_wander_cell(wander[k]) if k in wander else "–" for k in metrics)])
         out.append((names.get(shape, shape), ["mode", *metrics], rows))
     return out
+
+
+def _wander_cell(n: RaceNoise) -> str:
+    span = f", ≤ {n.wander_minutes:g} min" if n.wander_minutes else ""
+    return f"{n.wander_cv_pct:.1f}% (n={n.wander_rounds}{span})"
 
 
 def markdown(card: ModelCard) -> list[str]:
@@ -62,7 +73,9 @@ def section(card: ModelCard | None) -> str:
     for name, head, rows in tables(card):
         parts.append(f"<h4>{html.escape(name)}</h4>" + _html_table(head, rows))
     parts.append("<p class='note'>A \"better\" from one engine start per arm is acted on only where paired "
-                 "campaign rounds agree: the A/A row is how far two starts of one mode sat apart.</p></section>")
+                 "campaign rounds agree: the A/A row is how far two starts of one mode sat apart (a restart "
+                 "alone), the last row how much one workload on one engine moved from round to round (the clock "
+                 "alone).</p></section>")
     return "".join(parts)
 
 

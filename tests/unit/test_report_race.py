@@ -1,0 +1,57 @@
+"""The report's race section (report/race.py): verdict tables per shape, the A/A row after the modes, and the
+default's round-to-round spread (card.race_noise) as the last row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from graphmode.report.race import insert_section, markdown, section, tables
+from graphmode.selector.card import ModelCard
+from graphmode.selector.noise import RaceNoise
+from graphmode.selector.verdicts import RaceVerdict
+
+BUNDLED = Path(__file__).resolve().parents[2] / "models" / "nvidia-h200-vllm0.33.0-3375a87d3889"
+
+
+def _v(mode: str, metric: str, ratio: float, verdict: str = "undecided") -> RaceVerdict:
+    return RaceVerdict(shape="s1", mode=mode, metric=metric, verdict=verdict, rounds=7,  # type: ignore[arg-type]
+                       ratio=ratio, lo=ratio * 0.9, hi=ratio * 1.1, delta=0.03, confidence=0.95, starts=1)
+
+
+def _card(noise: list[RaceNoise]) -> ModelCard:
+    card = ModelCard.load(BUNDLED)
+    verdicts = [_v("FULL", "itl_p50", 0.97), _v("FULL", "ttft_p50", 0.7, "better"), _v("CONTROL", "itl_p50", 0.95),
+                _v("NONE", "itl_p50", 3.0, "worse")]
+    return card.model_copy(update={"race": verdicts, "race_noise": noise, "shapes": []})
+
+
+def test_rows_modes_then_aa_then_the_clock() -> None:
+    noise = [RaceNoise(shape="s1", metric="itl_p50", wander_cv_pct=12.04, wander_rounds=19, wander_df=13,
+                       wander_minutes=6.0)]
+    ((name, head, rows),) = tables(_card(noise))
+    assert name == "s1" and head == ["mode", "itl_p50", "ttft_p50"]
+    assert [r[0] for r in rows] == ["FULL", "NONE", "A/A: 2nd start of the default",
+                                    "the default again, same start: round-to-round CV"]
+    assert rows[0][2].startswith("better 0.700×") and rows[2][2] == "–"
+    assert rows[-1][1:] == ["12.0% (n=19, ≤ 6 min)", "–"]
+    md = "\n".join(markdown(_card(noise)))
+    assert "| the default again, same start: round-to-round CV | 12.0% (n=19, ≤ 6 min) | – |" in md
+    html = section(_card(noise))
+    assert "<section id='race'>" in html and "the clock alone" in html and "12.0% (n=19, ≤ 6 min)" in html
+    page = insert_section("<main><footer>f</footer></main>", _card(noise))
+    assert page.index("id='race'") < page.index("<footer")
+
+
+def test_without_noise_or_races() -> None:
+    (_, _, rows) = tables(_card([]))[0]
+    assert rows[-1][0] == "A/A: 2nd start of the default"
+    bare = _card([]).model_copy(update={"race": []})
+    assert markdown(bare) == [] and section(bare) == "" and section(None) == ""
+    assert insert_section("<main></main>", bare) == "<main></main>"
+
+
+def test_the_bundled_cards_carry_the_noise() -> None:
+    """The release models were retrained with race_noise (session 9): the report and recommend show it."""
+    card = ModelCard.load(BUNDLED)
+    assert card.race_noise and all(n.wander_cv_pct is not None or n.restart is not None for n in card.race_noise)
+    assert any("round-to-round CV" in r[0] for _, _, rows in tables(card) for r in rows)
