@@ -84,11 +84,16 @@ class RaceOutcome:
 @dataclass(frozen=True)
 class Cell:
     ratio: float
-    starts: int
+    starts: int  # starts per arm: restarted in waves, or resident at once (``replicas``)
     share: dict[str, float]  # verdict -> share of races
     median_rounds: float | None  # over the decided races
     gpu_min: float  # mean over all races
     wrong: float  # share of races whose verdict claims what the true ratio is not
+    replicas: bool = False  # the starts are resident replicas (``--replicas``), not restarts
+
+    @property
+    def design(self) -> str:
+        return f"{self.starts} resident" if self.replicas else str(self.starts)
 
     @property
     def decided(self) -> float:
@@ -134,6 +139,27 @@ def simulate_race(theta: float, a: Sequence[float], d: Sequence[float], e: Seque
     return RaceOutcome(last, len(ys), waves, spent)
 
 
+def simulate_replicas(theta: float, a: Sequence[float], d: Sequence[float], e: Sequence[float], replicas: int,
+                      rule: SequentialRule, noise: Noise, max_rounds: int, budget_s: float) -> RaceOutcome:
+    """One race with *replicas* engines per side resident from the start (``--replicas``): round k pairs
+    replica k mod R of the mode with replica k mod R of the default, so the blocks are disjoint diagonal pairs.
+    The one start wave brings up all 2R engines overlapped; it is charged ``noise.wave_s`` (what one overlapped
+    wave of warm starts costs: the replicas of an arm start on a copied warm compile cache)."""
+    ys: list[float] = []
+    blocks: list[Block] = []
+    spent = noise.wave_s
+    last = Decision("undecided", 0, None, None, None, "no round", 0, 0)
+    while len(ys) < max_rounds and not (budget_s > 0 and spent >= budget_s):
+        r = len(ys) % replicas
+        ys.append(theta + a[r] - d[r] + e[len(ys)])
+        blocks.append((f"A{r + 1}", f"D{r + 1}"))
+        spent += noise.round_s
+        last = decide(ys, rule, blocks, None, starts_of(blocks) >= 2)
+        if last.decided:
+            break
+    return RaceOutcome(last, len(ys), 0, spent)
+
+
 def holds(verdict: str, ratio: float, delta: float) -> bool:
     """Whether *verdict* is true of the true *ratio*: "better" claims ratio < 1 − δ, "worse" ratio > 1 + δ,
     "equivalent" ratio inside [1/(1+δ), 1+δ]."""
@@ -145,10 +171,12 @@ def holds(verdict: str, ratio: float, delta: float) -> bool:
 
 
 def plan(ratios: Sequence[float], starts_list: Sequence[int], noise: Noise, rule: SequentialRule,
-         block_rounds: int, races: int, seed: int, max_rounds: int, budget_min: float) -> list[Cell]:
-    """Every (ratio, starts) cell from *races* simulated races; the same draws for every cell (common random
-    numbers), so differences between cells are the design's, not the draw's."""
-    top = max(starts_list)
+         block_rounds: int, races: int, seed: int, max_rounds: int, budget_min: float,
+         replicas_list: Sequence[int] = ()) -> list[Cell]:
+    """Every (ratio, starts) cell from *races* simulated races, then every (ratio, replicas) cell; the same
+    draws for every cell (common random numbers), so differences between cells are the design's, not the
+    draw's."""
+    top = max([*starts_list, *replicas_list])
     rng = np.random.default_rng(seed)
     a = rng.normal(0.0, noise.tau, (races, top))
     d = rng.normal(0.0, noise.tau, (races, top))
@@ -169,24 +197,39 @@ def plan(ratios: Sequence[float], starts_list: Sequence[int], noise: Noise, rule
             out.append(Cell(ratio, n, {v: c / races for v, c in counts.items()},
                             float(statistics.median(decided)) if decided else None,
                             float(np.mean([res.gpu_s for res in results])) / 60, wrong / races))
+        for n in replicas_list:
+            # resident replicas: min_starts 2, as a race with --replicas sets it (two starts a side per verdict)
+            r = SequentialRule(delta=rule.delta, confidence=rule.confidence, min_rounds=rule.min_rounds,
+                               min_starts=max(rule.min_starts, min(n, 2)), start_margin=rule.start_margin)
+            results = [simulate_replicas(theta, a[i].tolist(), d[i].tolist(), e[i].tolist(), n, r, noise,
+                                         max_rounds, budget_min * 60) for i in range(races)]
+            counts = {v: 0 for v in VERDICTS}
+            for res in results:
+                counts[res.decision.verdict] += 1
+            decided = [res.rounds for res in results if res.decision.decided]
+            wrong = sum(counts[v] for v in ("better", "equivalent", "worse") if not holds(v, ratio, rule.delta))
+            out.append(Cell(ratio, n, {v: c / races for v, c in counts.items()},
+                            float(statistics.median(decided)) if decided else None,
+                            float(np.mean([res.gpu_s for res in results])) / 60, wrong / races, replicas=True))
     return out
 
 
 def answer(cells: Sequence[Cell], target: float) -> list[str]:
     """Per ratio: the fewest starts with at least *target* of races decided, and what they mostly decide."""
     lines = []
-    for ratio in dict.fromkeys(c.ratio for c in cells):
-        mine = sorted((c for c in cells if c.ratio == ratio), key=lambda c: c.starts)
+    for ratio, replicas in dict.fromkeys((c.ratio, c.replicas) for c in cells):
+        mine = sorted((c for c in cells if c.ratio == ratio and c.replicas == replicas), key=lambda c: c.starts)
+        kind = "resident replicas" if replicas else "starts"
         hit = next((c for c in mine if c.decided >= target), None)
         if hit is None:
             best = max(mine, key=lambda c: c.decided)
-            lines.append(f"ratio {ratio:g}: out of reach with <= {mine[-1].starts} starts "
-                         f"(best {best.decided:.0%} decided at {best.starts} starts)")
+            lines.append(f"ratio {ratio:g}: out of reach with <= {mine[-1].starts} {kind} "
+                         f"(best {best.decided:.0%} decided at {best.starts} {kind})")
             continue
         top = max(("better", "equivalent", "worse"), key=lambda v: hit.share[v])
         caveat = "; one start: the selector acts on its \"better\" only with the campaign's agreement" \
             if hit.starts == 1 else ""
-        lines.append(f"ratio {ratio:g}: {hit.starts} start(s) per arm decide {hit.decided:.0%} of races "
+        lines.append(f"ratio {ratio:g}: {hit.starts} {kind} per arm decide {hit.decided:.0%} of races "
                      f"(mostly {top}, {hit.share[top]:.0%}; wrong {hit.wrong:.0%}), "
                      f"median {hit.median_rounds:g} rounds, "
                      f"{hit.gpu_min:.1f} GPU-min{caveat}")
@@ -196,7 +239,7 @@ def answer(cells: Sequence[Cell], target: float) -> list[str]:
 def render(cells: Sequence[Cell], markdown: bool) -> list[str]:
     head = ["ratio", "starts", "P(better)", "P(equiv)", "P(worse)", "P(undecided)", "P(wrong)", "median rounds",
             "GPU-min"]
-    rows = [[f"{c.ratio:g}", str(c.starts), *(f"{c.share[v]:.0%}" for v in VERDICTS), f"{c.wrong:.0%}",
+    rows = [[f"{c.ratio:g}", c.design, *(f"{c.share[v]:.0%}" for v in VERDICTS), f"{c.wrong:.0%}",
              "-" if c.median_rounds is None else f"{c.median_rounds:g}", f"{c.gpu_min:.1f}"] for c in cells]
     if markdown:
         return ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|",
@@ -290,6 +333,7 @@ def run(argv: list[str] | None = None) -> list[str]:
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--min-rounds", type=int, default=3)
     p.add_argument("--starts", default="1,2,3,4,6", help="starts per arm to compare, comma list")
+    p.add_argument("--replicas", default="", help="also: engines per arm resident at once (--replicas), comma list")
     p.add_argument("--rounds-per-block", type=int, default=2, help="the race's block_rounds")
     p.add_argument("--max-rounds", type=int, default=30, help="rounds before a race gives up")
     p.add_argument("--budget-min", type=float, default=0.0, help="GPU-minute budget per race (0: none)")
@@ -306,6 +350,9 @@ def run(argv: list[str] | None = None) -> list[str]:
 
     ratios = _floats(args.ratio, "ratio")
     starts = _ints(args.starts, "starts")
+    replicas = _ints(args.replicas, "replicas")
+    if any(n < 2 or n > 32 for n in replicas):
+        raise PlanError(f"--replicas needs whole numbers from 2 to 32, got {args.replicas!r}")
     if not ratios or any(not (0 < r < 10) for r in ratios):
         raise PlanError(f"--ratio needs ratios in (0, 10), got {args.ratio!r}")
     if not starts or any(n < 1 or n > 20 for n in starts):
@@ -348,14 +395,14 @@ def run(argv: list[str] | None = None) -> list[str]:
         raise PlanError(f"need tau >= 0, sigma > 0 and non-negative costs, got {noise}")
 
     cells = plan(ratios, sorted(set(starts)), noise, rule, args.rounds_per_block, args.races, args.seed,
-                 args.max_rounds, args.budget_min)
+                 args.max_rounds, args.budget_min, sorted(set(replicas)))
     budget = f", budget {args.budget_min:g} GPU-min" if args.budget_min else ""
     lines += [f"tau {noise.tau:.3f}, sigma {noise.sigma:.3f} (log); delta {rule.delta:g}, confidence "
               f"{rule.confidence:g}; {args.races} races per cell, seed {args.seed}; blocks of "
               f"{args.rounds_per_block} rounds (first {max(rule.min_rounds, args.rounds_per_block)}), at most "
               f"{args.max_rounds} rounds{budget}; round {noise.round_s:.1f} s, wave {noise.wave_s:.0f} s", ""]
     lines += render(cells, args.markdown)
-    lines += ["", f"fewest starts per arm with >= {args.target:.0%} of races decided:",
+    lines += ["", f"fewest starts (or resident replicas) per arm with >= {args.target:.0%} of races decided:",
               *(f"  {x}" for x in answer(cells, args.target))]
     return lines
 

@@ -106,7 +106,7 @@ def test_same_seed_same_table_and_an_answer(capsys: pytest.CaptureFixture[str]) 
     ["--ratio", "0.9,abc"], ["--ratio", "-1"], ["--starts", "0"], ["--starts", "1.5"], ["--races", "0"],
     ["--sigma", "0"], ["--tau", "-0.1"], ["--delta", "1.5"], ["--max-rounds", "2"],
     ["--from", "/nonexistent.sqlite"], ["--from", str(DATASET), "--mode", "NOPE"],
-    ["--from", str(DATASET), "--metric", "bogus"],
+    ["--from", str(DATASET), "--metric", "bogus"], ["--replicas", "1"], ["--replicas", "2,x"],
 ])
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert race_plan.main([*argv, "--races", "1"] if "--races" not in argv else argv) == 2
@@ -145,3 +145,21 @@ def test_the_dropped_alternative_interval_runs_and_restores_the_rule() -> None:
         assert shares["better"] == 100
     assert sequential.block_interval is before
     assert aa.main(["x"]) == 2 and aa.main(["0.02", "0"]) == 2
+
+
+def test_resident_replicas_pair_the_diagonal_and_beat_restarts_on_a_start_effect() -> None:
+    """--replicas: round k pairs replica k mod R of each side (disjoint blocks, no wave); at a start effect
+    the size of δ, resident replicas decide a 0.9x where two restarted starts mostly do not."""
+    rule = SequentialRule(min_starts=2)
+    noise = race_plan.Noise(0.0, 1.0, 1.0, 10.0)
+    e = [0.5, -0.5, 0.3, 0.1, -0.4, 0.2, 0.6]
+    out = race_plan.simulate_replicas(0.0, [0.0] * 3, [0.0] * 3, e, 3, rule, noise, 7, 0.0)
+    assert out.waves == 0 and out.rounds == 7 and out.gpu_s == 10.0 + 7
+    replay = sequential_decision(e, rule, [(f"A{k % 3 + 1}", f"D{k % 3 + 1}") for k in range(7)])
+    assert out.decision.verdict == replay.verdict == "undecided" and replay.blocks == 3
+    out = race_plan.plan([0.9], [2], race_plan.Noise(0.025, 0.03, 8.0, 100.0), SequentialRule(), 2, 60, seed=1,
+                         max_rounds=40, budget_min=0.0, replicas_list=[6])
+    restarts, resident = out
+    assert not restarts.replicas and resident.replicas and resident.design == "6 resident"
+    assert resident.share["better"] >= 0.9 and resident.share["better"] > restarts.share["better"] + 0.2
+    assert resident.wrong == 0.0
