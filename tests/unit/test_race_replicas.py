@@ -67,6 +67,10 @@ def test_three_replicas_round_k_uses_replica_k_mod_3_in_disjoint_blocks(tmp_path
         assert len(pairs) == 3 and len({a for a, _ in pairs}) == len({d for _, d in pairs}) == 3
     logs = {p.name for p in (tmp_path / "logs").glob("*.log")}
     assert {f"{racer.run_id}-NONE.log", f"{racer.run_id}-NONE-2.log", f"{racer.run_id}-NONE-3.log"} <= logs
+    # a resume counts every replica start that measured a round as an earlier start
+    again = Racer(config, store)
+    assert again.key == racer.key and {a.name: a.starts_before for a in again.arms} == {
+        arm: len(ids[arm]) for arm in (DEFAULT_ARM, "NONE", "FULL")}
 
 
 def test_a_replica_that_dies_fails_alone_and_the_arm_is_decided_from_the_others(tmp_path: Path,
