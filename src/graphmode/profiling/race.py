@@ -507,7 +507,7 @@ class Racer:
                 for arm in arms:
                     self._stop_arm(arm, "not started: budget spent by the compile starts")
                 return f"budget of {c.budget_min:g} GPU-minutes spent (compile starts)"
-        self._start([e for a in arms for e in self.replicas[a.name]], t0, summary)
+        self._start([e for a in arms for e in self.replicas[a.name] if e.state != "failed"], t0, summary)
         return self._rounds(t0, summary)
 
     def _copy_cache(self, arm: Arm) -> None:
@@ -518,7 +518,10 @@ class Racer:
         for e in self.replicas[arm.name][1:]:
             dst = self.cache_root(e)
             if dst != src and not self._cache_warm(e):
-                shutil.copytree(src, dst, dirs_exist_ok=True)
+                try:
+                    shutil.copytree(src, dst, dirs_exist_ok=True)
+                except OSError as exc:  # (disk full, permissions) that replica would compile cold: not started
+                    e.state, e.failure = "failed", f"could not copy the compile cache {src} to {dst}: {exc}"
 
     def _env(self, arm: Arm) -> dict[str, str]:
         c = self.config
