@@ -23,6 +23,7 @@ Environment knobs (for tests and benchmarks):
 ``FAKE_VLLM_STEP_S``         scales every step time (default 1.0)
 ``FAKE_VLLM_EXIT_AFTER``     ``os._exit(3)`` when this many completion requests have arrived ...
 ``FAKE_VLLM_EXIT_MODE``      ... but only when serving this cudagraph mode (default: any mode)
+``FAKE_VLLM_EXIT_PORT``      ... and only when listening on this port (one replica of a race's arm)
 ``FAKE_VLLM_FAIL_AT_START``  comma-separated modes for which it exits with status 1 during start-up
 ``FAKE_VLLM_COLD_STARTUP_S`` extra start-up seconds while its compile cache is cold (default 0)
 
@@ -268,7 +269,7 @@ class Handler(BaseHTTPRequestHandler):
         with s.engine.cond:
             s.engine.arrived += 1
             arrived = s.engine.arrived
-        if s.exit_after and arrived >= s.exit_after and s.exit_mode in (None, s.mode):
+        if s.exit_after and arrived >= s.exit_after and s.exit_mode in (None, s.mode) and s.exits_here:
             log("EngineCore", "core.py:1", "RuntimeError: fake engine core died (FAKE_VLLM_EXIT_AFTER)", "ERROR")
             os._exit(3)
         req = s.engine.submit(prompt_len, max_tokens)
@@ -318,7 +319,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class State:
-    def __init__(self, model: str, served: str, mode: str, sizes: list[int] | None = None) -> None:
+    def __init__(self, model: str, served: str, mode: str, sizes: list[int] | None = None,
+                 port: int | None = None) -> None:
         self.model = model
         self.served = served
         self.mode = mode
@@ -326,6 +328,8 @@ class State:
         self.engine = Engine(mode, float(os.environ.get("FAKE_VLLM_STEP_S", "1.0")), sizes)
         self.exit_after = int(os.environ.get("FAKE_VLLM_EXIT_AFTER", "0") or 0)
         self.exit_mode = os.environ.get("FAKE_VLLM_EXIT_MODE") or None
+        exit_port = os.environ.get("FAKE_VLLM_EXIT_PORT")
+        self.exits_here = not exit_port or int(exit_port) == port
 
 
 BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
@@ -421,7 +425,7 @@ def main(argv: list[str]) -> int:
         time.sleep(startup_s / 2)
         log("EngineCore", "gpu_model_runner.py:1", f"Graph capturing finished in {secs:g} secs, took {gib_now:.2f} GiB")
 
-    Handler.state = State(model, served, mode, sizes)
+    Handler.state = State(model, served, mode, sizes, args.port)
     server = ThreadingHTTPServer((args.host, args.port), Handler, bind_and_activate=False)
     server.daemon_threads = True
     server.request_queue_size = 1024

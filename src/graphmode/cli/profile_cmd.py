@@ -91,6 +91,9 @@ def register(app: typer.Typer) -> None:
         cell_warmup_s: float = typer.Option(None, "--cell-warmup-s", min=0, help="Race: most warm-up per cell."),
         metrics: str = typer.Option(None, "--race-metrics", help="Race: metrics decided (itl_p50,ttft_p50)."),
         starts: int = typer.Option(None, "--starts", min=1, max=10, help="Race: engine starts per arm (2)."),
+        replicas: int = typer.Option(
+            None, "--replicas", min=1, max=16,
+            help="Race: engines of every arm resident at once, R starts in one wave (1: restart waves)."),
         warm_compile: bool = typer.Option(
             None, "--warm-compile/--no-warm-compile",
             help="Race: start an arm with a cold compile cache once, unmeasured, before its first round (on)."),
@@ -129,7 +132,7 @@ def register(app: typer.Typer) -> None:
                     log_dir=log_dir, startup_timeout=startup_timeout, dry_run=dry_run, control=control,
                     budget_min=budget_min, delta=delta, confidence=confidence, min_rounds=min_rounds,
                     max_rounds=max_rounds, kv_cache_memory_bytes=kv_bytes, stagger_s=stagger, cell_s=cell_s,
-                    cell_warmup_s=cell_warmup_s, metrics=metrics, starts=starts,
+                    cell_warmup_s=cell_warmup_s, metrics=metrics, starts=starts, replicas=replicas,
                     warm_compile=warm_compile, sizes_arms=list(sizes_arm or [])), s)
                 return
             grid_path = grid or s.profile.grid

@@ -25,7 +25,7 @@ from graphmode.core.errors import ConfigError
 from graphmode.core.records import CellRecord
 from graphmode.core.settings import Settings
 from graphmode.profiling.grid import Workload, load_grid
-from graphmode.profiling.race import Arm, RaceConfig, Racer, RaceSummary
+from graphmode.profiling.race import Arm, RaceConfig, Racer, RaceSummary, check_replicas
 from graphmode.profiling.race_rounds import KNOWN_RACE_METRICS, ArmVerdicts
 from graphmode.profiling.race_sizes import parse_sizes_arm
 from graphmode.profiling.runner import ProfileConfig
@@ -57,6 +57,7 @@ class RaceOptions:
     cell_warmup_s: float | None = None
     metrics: str | None = None
     starts: int | None = None
+    replicas: int | None = None
     warm_compile: bool | None = None
     sizes_arms: list[str] = field(default_factory=list)  # --sizes-arm NAME=SIZES
 
@@ -85,10 +86,14 @@ def race_config(args: list[str], o: RaceOptions, s: Settings) -> RaceConfig:
         startup_timeout_s=o.startup_timeout or s.vllm.startup_timeout_s, stop_timeout_s=s.vllm.stop_timeout_s,
         connect_timeout_s=s.vllm.connect_timeout_s, read_timeout_s=s.vllm.read_timeout_s,
     )
+    replicas = _pick(o.replicas, r.replicas)
+    # replicas give every arm R starts at once: the default --starts (2, restart waves) gives way to them
+    starts = _pick(o.starts, r.starts if replicas == 1 else replicas)
     try:
+        check_replicas(replicas, starts)
         rule = SequentialRule(delta=_pick(o.delta, r.delta), confidence=_pick(o.confidence, r.confidence),
                               min_rounds=_pick(o.min_rounds, r.min_rounds), start_margin=r.start_margin)
-    except ValueError as exc:
+    except (ValueError, ConfigError) as exc:
         raise ConfigError(str(exc)) from None
     return RaceConfig(
         profile=profile, rule=rule, metrics=metrics, budget_min=_pick(o.budget_min, r.budget_min),
@@ -96,7 +101,7 @@ def race_config(args: list[str], o: RaceOptions, s: Settings) -> RaceConfig:
         kv_cache_memory_bytes=_pick(o.kv_cache_memory_bytes, r.kv_cache_memory_bytes),
         gpu_memory_utilization=r.gpu_memory_utilization, stagger_s=_pick(o.stagger_s, r.stagger_s),
         cell_s=_pick(o.cell_s, r.cell_s), warmup_s=_pick(o.cell_warmup_s, r.warmup_s),
-        idle_probe_s=r.idle_probe_s, starts=_pick(o.starts, r.starts), block_rounds=r.block_rounds,
+        idle_probe_s=r.idle_probe_s, starts=starts, block_rounds=r.block_rounds, replicas=replicas,
         warm_compile=_pick(o.warm_compile, r.warm_compile),
         sizes_arms=tuple(parse_sizes_arm(t) for t in o.sizes_arms),
     )
@@ -117,24 +122,24 @@ class PlainRaceReporter:
 
     def compile_starting(self, arms: Sequence[Arm]) -> None:
         self._p("compile start (cold compile cache; measures nothing): "
-                + ", ".join(f"{a.name} (port {a.port})" for a in arms))
+                + ", ".join(f"{a.label} (port {a.port})" for a in arms))
 
     def compiled(self, arm: Arm) -> None:
-        self._p(f"{arm.name}: compiled, up in {arm.startup.startup_s or 0:.0f} s; stopped for its measured start")
+        self._p(f"{arm.label}: compiled, up in {arm.startup.startup_s or 0:.0f} s; stopped for its measured start")
 
     def engines_starting(self, arms: Sequence[Arm]) -> None:
-        self._p("starting " + ", ".join(f"{a.name} (port {a.port})" for a in arms))
+        self._p("starting " + ", ".join(f"{a.label} (port {a.port})" for a in arms))
 
     def engine_started(self, arm: Arm) -> None:
         st = arm.startup
-        self._p(f"{arm.name}: up in {st.startup_s or 0:.0f} s" +
+        self._p(f"{arm.label}: up in {st.startup_s or 0:.0f} s" +
                 (f", graphs {st.graph_gib} GiB" if st.graph_gib is not None else ""))
 
     def engine_failed(self, arm: Arm) -> None:
-        self._p(f"{arm.name}: FAILED: {(arm.failure or '').splitlines()[0] if arm.failure else ''}")
+        self._p(f"{arm.label}: FAILED: {(arm.failure or '').splitlines()[0] if arm.failure else ''}")
 
     def round_starting(self, round_: int, workload: Workload, order: Sequence[Arm]) -> None:
-        self._p(f"round {round_}: {workload.name}: " + " → ".join(a.name for a in order))
+        self._p(f"round {round_}: {workload.name}: " + " → ".join(a.label for a in order))
 
     def cell_finished(self, record: CellRecord) -> None:
         lat = record.latency
@@ -151,7 +156,7 @@ class PlainRaceReporter:
         self._p(f"round {round_} done, {spent_min:.1f} GPU-min: " + ", ".join(bits))
 
     def engine_stopped(self, arm: Arm) -> None:
-        self._p(f"{arm.name}: engine stopped ({arm.stop_reason})")
+        self._p(f"{arm.label}: engine stopped ({arm.stop_reason})")
 
     def wave_skipped(self, wave: Sequence[Arm], left_s: float, need_s: float) -> None:
         self._p(f"no restart of {', '.join(a.name for a in wave)}: {left_s:.0f} s of budget left, a wave and its "
@@ -161,16 +166,18 @@ class PlainRaceReporter:
 class LiveRaceReporter(PlainRaceReporter):
     """The plain lines scroll above a live table of verdicts so far."""
 
-    def __init__(self, out: Console, metrics: Sequence[str]) -> None:
+    def __init__(self, out: Console, metrics: Sequence[str], replicas: int = 1) -> None:
         super().__init__(out)
         self.metrics = list(metrics)
+        self.replicas = replicas
         self.live: Live | None = None
         self.state = "starting engines"
         self.verdicts: dict[str, ArmVerdicts] = {}
         self.spent = 0.0
 
     def table(self) -> Table:
-        t = Table(title=f"race: {self.state} · {self.spent:.1f} GPU-min", title_justify="left")
+        each = f" · {self.replicas} replicas per arm" if self.replicas > 1 else ""
+        t = Table(title=f"race: {self.state} · {self.spent:.1f} GPU-min{each}", title_justify="left")
         t.add_column("arm")
         for m in self.metrics:
             t.add_column(m)
@@ -233,9 +240,17 @@ def run_race(ctx: typer.Context, o: RaceOptions, s: Settings) -> None:
     with ProfileStore(config.profile.dataset) as store:
         racer = Racer(config, store)
         arms = ", ".join(f"{a.name}:{a.port}" for a in racer.arms)
+        if config.replicas > 1:
+            ports = ", ".join(f"{a.name}:{','.join(str(e.port) for e in racer.replicas[a.name])}" for a in racer.arms)
+            kv = f" × KV {config.kv_cache_memory_bytes}" if config.kv_cache_memory_bytes else ""
+            starts = (f"{config.replicas} replicas per arm, {len(racer.engines)} engines resident "
+                      f"({len(racer.arms)} arms × {config.replicas}{kv}), one start wave, no restarts")
+            arms = ports
+        else:
+            starts = f"{config.starts} starts per arm"
         console.print(f"race {racer.key}: {arms}; {len(racer.cells)} workloads "
                       f"({', '.join(w.name for w in racer.order)}); {racer.rounds_before} rounds already "
-                      f"measured; {config.starts} starts per arm"
+                      f"measured; {starts}"
                       f"{', a compile start for cold caches' if config.warm_compile else ''}; "
                       f"budget {config.budget_min:g} GPU-min, "
                       f"δ {config.rule.delta:g}, "
@@ -245,7 +260,7 @@ def run_race(ctx: typer.Context, o: RaceOptions, s: Settings) -> None:
                           highlight=False, markup=False)
             return
         if console.is_terminal:
-            reporter = LiveRaceReporter(console, config.metrics)
+            reporter = LiveRaceReporter(console, config.metrics, config.replicas)
             with Live(reporter.table(), console=console, refresh_per_second=2) as live:
                 reporter.live = live
                 racer.reporter = reporter

@@ -83,6 +83,10 @@ class RaceSettings(BaseModel):
         description="engine starts behind every arm's rounds; 'better'/'equivalent' need two (start effect)",
     )
     block_rounds: int = Field(default=2, ge=1, description="rounds per (arm start, default start) before a restart")
+    replicas: int = Field(
+        default=1, ge=1, le=16,
+        description="engines of every arm resident side by side (R starts in one wave, no restarts); starts: 1 or R",
+    )
     warm_compile: bool = Field(
         default=True,
         description="start each arm whose compile cache is cold once, unmeasured, before its first round",

@@ -68,6 +68,20 @@ Compile start (``warm_compile``, default on)
     with the same log dir). With one cache shared by every arm (``VLLM_CACHE_ROOT`` set by the user) a
     cache holding any file counts as warm for every mode.
 
+Resident replicas (``replicas``, default 1)
+    Restart waves give an arm one start per ~80 s wave, and each start carries its own offset (sd ~2.5% on
+    the H200), so certifying small differences needs many starts. With ``replicas`` R > 1 every arm (the
+    default, challengers, CONTROL, sizes arms) keeps R engines resident side by side instead, all started in
+    one overlapped wave: replica r of arm i on ``port + r * arms + i`` (replica 0 keeps the ports of R = 1),
+    start id ``RUN_ID:ARM:r+1``, its own compile cache (``log_dir/vllm-cache-rR/ARM`` for r > 0). The compile
+    start compiles replica 0 only and copies its cache into the others (``shutil.copytree``) before the
+    measured wave: no two engines write one cache, none compiles cold. Round k measures replica k mod R of
+    every live arm (else its next live one), one cell per arm in the usual shuffled order, so the blocks are
+    the diagonal pairs (A_r, D_r): disjoint, design effect 1, the sequential rule unchanged, with
+    ``min_starts`` 2. No restart waves (``starts`` must be 1 or R). A replica whose engine dies is failed
+    (a row with vLLM's root cause) and the arm goes on with the others; the arm fails when all have. A
+    decided arm stops all its replicas. ``replicas`` enters the race key only when R > 1.
+
 Capture-size arms (``sizes_arms``, issue 14)
     A challenger may be the default mode with a given ``cudagraph_capture_sizes`` list instead of another
     mode (:mod:`graphmode.profiling.race_sizes`): it is raced, restarted, compiled, resumed and decided like
@@ -96,6 +110,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -104,7 +119,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from graphmode.core.dataset import ProfileStore
-from graphmode.core.errors import EngineDiedError, EngineStartError
+from graphmode.core.errors import ConfigError, EngineDiedError, EngineStartError
 from graphmode.core.fingerprint import build_fingerprint, torch_version_of
 from graphmode.core.modes import DEFAULT_MODE, CudaGraphMode
 from graphmode.core.records import CellRecord, Fingerprint, RaceInfo, StartupInfo
@@ -149,6 +164,7 @@ class RaceConfig:
     block_rounds: int = 2  # rounds in a block before the next restart wave
     warm_compile: bool = True  # a cold arm's first start only compiles (see "Compile start" above)
     sizes_arms: tuple[SizesArm, ...] = ()  # the default mode with these capture sizes (race_sizes.py)
+    replicas: int = 1  # engines of every arm resident side by side (see "Resident replicas" above)
 
 
 @dataclass
@@ -168,6 +184,8 @@ class Arm:
     session_starts: int = 0
     run_id: str = ""
     sizes: tuple[int, ...] | None = None  # a capture-size arm's list; None: vLLM's default list
+    replica: int = 0  # which of the arm's resident engines this is (``replicas``)
+    replicas: int = 1
 
     @property
     def starts(self) -> int:
@@ -175,7 +193,13 @@ class Arm:
 
     @property
     def start_id(self) -> str:
-        return f"{self.run_id}:{self.name}:{self.session_starts}"
+        # replica r's one start of the session is its start r + 1 (replicas never restart)
+        return f"{self.run_id}:{self.name}:{self.session_starts + self.replica}"
+
+    @property
+    def label(self) -> str:
+        """The arm's name, with the replica when the arm has several engines."""
+        return self.name if self.replicas == 1 else f"{self.name}/r{self.replica}"
 
     @property
     def is_default(self) -> bool:
@@ -229,7 +253,8 @@ class RaceSummary:
     stop_reason: str = ""
     verdicts: dict[str, ArmVerdicts] = field(default_factory=dict)
     arm_states: dict[str, str] = field(default_factory=dict)
-    failures: dict[str, str] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)  # arms whose every engine failed
+    replica_failures: dict[str, str] = field(default_factory=dict)  # ARM/rN -> why (replicas > 1)
     open_reasons: dict[str, dict[str, str]] = field(default_factory=dict)  # arm -> metric -> why undecided
 
     def lines(self) -> list[str]:
@@ -241,6 +266,9 @@ class RaceSummary:
                 out.append(f"{arm:<20} {metric:<9} {d.describe()}" + (f" — {why}" if why else ""))
         for arm, reason in sorted(self.failures.items()):
             out.append(f"{arm:<20} FAILED    {reason.splitlines()[0] if reason else ''}")
+        for label, reason in sorted(self.replica_failures.items()):
+            if label.rsplit("/", 1)[0] not in self.failures:
+                out.append(f"{label:<20} REPLICA FAILED {reason.splitlines()[0] if reason else ''}")
         return out
 
 
@@ -261,6 +289,14 @@ def wave_due(starts: int, block_rounds: int, min_rounds: int, default_starts: in
     return wave or None
 
 
+def check_replicas(replicas: int, starts: int) -> None:
+    """Replicas give every arm its starts at once: restart waves on top of them are not supported."""
+    if replicas > 1 and starts not in (1, replicas):
+        raise ConfigError(f"--starts {starts} with --replicas {replicas}: resident replicas give every arm "
+                          f"{replicas} starts in one start wave and never restart; use --starts 1 or "
+                          f"--starts {replicas} (or leave --starts out)")
+
+
 def race_key(profile_key: str, config: RaceConfig, design: Sequence[Workload]) -> str:
     """What must match for a session to continue a race: the profile key and what shapes its verdicts."""
     payload = json.dumps({
@@ -270,6 +306,7 @@ def race_key(profile_key: str, config: RaceConfig, design: Sequence[Workload]) -
         "design": sorted(w.spec_hash() for w in design),
         # only when there are any: the keys of races without capture-size arms stay as they were
         **({"sizes_arms": sorted([a.name, list(a.sizes)] for a in config.sizes_arms)} if config.sizes_arms else {}),
+        **({"replicas": config.replicas} if config.replicas > 1 else {}),
     }, sort_keys=True)
     return "race-" + hashlib.sha256(payload.encode()).hexdigest()[:12]
 
@@ -296,11 +333,15 @@ class Racer:
         self.order = spread_order(self.cells)
         self.by_name = {w.name: w for w in self.cells}
         self.key = race_key(self.profiler.key, config, self.cells)
-        if config.starts < 1 or config.block_rounds < 1:
-            raise ValueError("starts and block_rounds must be at least 1")
+        if config.starts < 1 or config.block_rounds < 1 or config.replicas < 1:
+            raise ValueError("starts, block_rounds and replicas must be at least 1")
+        check_replicas(config.replicas, config.starts)
         check_sizes_arms(config.sizes_arms, p.vllm_args, [DEFAULT_MODE.value, *(m.value for m in p.modes)])
-        # "better"/"equivalent" wait for the starts the race will make (sequential.py)
-        self.rule = dataclasses.replace(config.rule, min_starts=max(config.rule.min_starts, config.starts))
+        # "better"/"equivalent" wait for the starts the race will make (sequential.py); with replicas every
+        # arm has R starts from its first round on, and two of each side are what the rule needs
+        wanted = config.starts if config.replicas == 1 else 2
+        self.rule = dataclasses.replace(config.rule, min_starts=max(config.rule.min_starts, wanted))
+        self.replicas: dict[str, list[Arm]] = {}  # arm name -> its engines, replica 0 first
         self.arms = self._arms()
         self.table = RoundTable()
         self.prior_gpu_s = 0.0
@@ -314,14 +355,47 @@ class Racer:
 
     # ------------------------------------------------------------------ set-up
     def _arms(self) -> list[Arm]:
+        """Replica 0 of every arm, on ``port + i``; :attr:`replicas` holds each arm's engines, replica r of
+        arm i on ``port + r * arms + i`` (no two engines share a port)."""
         p = self.config.profile
         modes = [m for m in dict.fromkeys([DEFAULT_MODE, *p.modes])]
-        arms = [Arm(m.value, m, p.port + i, run_id=self.run_id) for i, m in enumerate(modes)]
+        kinds: list[tuple[str, CudaGraphMode, tuple[int, ...] | None]] = [(m.value, m, None) for m in modes]
         if self.config.control:
-            arms.append(Arm(CONTROL_ARM, DEFAULT_MODE, p.port + len(arms), run_id=self.run_id))
-        for s in self.config.sizes_arms:
-            arms.append(Arm(s.name, DEFAULT_MODE, p.port + len(arms), run_id=self.run_id, sizes=s.sizes))
-        return arms
+            kinds.append((CONTROL_ARM, DEFAULT_MODE, None))
+        kinds += [(s.name, DEFAULT_MODE, s.sizes) for s in self.config.sizes_arms]
+        n, big_r = len(kinds), self.config.replicas
+        self.replicas = {
+            name: [Arm(name, mode, p.port + r * n + i, run_id=self.run_id, sizes=sizes, replica=r, replicas=big_r)
+                   for r in range(big_r)]
+            for i, (name, mode, sizes) in enumerate(kinds)}
+        return [engines[0] for engines in self.replicas.values()]
+
+    @property
+    def engines(self) -> list[Arm]:
+        """Every engine of the race: each arm's replicas."""
+        return [e for arm in self.arms for e in self.replicas[arm.name]]
+
+    def arm_state(self, arm: Arm) -> ArmState:
+        """*arm*'s state over its replicas: live while one is, failed once every one has failed."""
+        states = {e.state for e in self.replicas[arm.name]}
+        precedence: tuple[ArmState, ...] = ("live", "decided", "pending", "stopped")
+        return next((state for state in precedence if state in states), "failed")
+
+    def arm_failure(self, arm: Arm) -> str | None:
+        """vLLM's root cause when every replica of *arm* failed (the first replica's), else None."""
+        engines = self.replicas[arm.name]
+        if any(e.state != "failed" for e in engines):
+            return None
+        return next((e.failure for e in engines if e.failure), "failed")
+
+    def pick(self, arm: Arm, round_: int) -> Arm | None:
+        """The replica of *arm* that measures round *round_*: replica ``round_ mod R``, else the next live one."""
+        engines = self.replicas[arm.name]
+        for k in range(len(engines)):
+            e = engines[(round_ + k) % len(engines)]
+            if e.state == "live":
+                return e
+        return None
 
     def vllm_args(self, arm: Arm) -> list[str]:
         """The args *arm*'s engine gets (before its mode): a capture-size arm's list merged in."""
@@ -377,7 +451,8 @@ class Racer:
         verdicts = self.verdicts()
         for arm in self.challengers:
             if verdicts[arm.name].decided(c.metrics):
-                arm.state, arm.stop_reason = "decided", "decided in an earlier session"
+                for e in self.replicas[arm.name]:
+                    e.state, e.stop_reason = "decided", "decided in an earlier session"
         todo = [a for a in self.challengers if a.state == "pending"]
         try:
             if not todo:
@@ -389,7 +464,7 @@ class Racer:
             else:
                 summary.stop_reason = self._first_starts(t0, summary)
         finally:
-            for arm in self.arms:
+            for arm in self.engines:
                 if arm.server is not None:
                     arm.server.stop()
                     if arm.state == "live":
@@ -399,8 +474,10 @@ class Racer:
         summary.gpu_min = round((time.time() - t0) / 60, 2)
         summary.gpu_min_total = round(self.prior_gpu_s / 60 + summary.gpu_min, 2)
         summary.verdicts = self.verdicts()
-        summary.arm_states = {a.name: a.state for a in self.arms}
-        summary.failures.update({a.name: a.failure for a in self.arms if a.failure})
+        summary.arm_states = {a.name: self.arm_state(a) for a in self.arms}
+        summary.failures.update({a.name: f for a in self.arms if (f := self.arm_failure(a))})
+        if c.replicas > 1:
+            summary.replica_failures = {e.label: e.failure for e in self.engines if e.state == "failed" and e.failure}
         summary.open_reasons = self._open_reasons(summary.verdicts, summary.stop_reason)
         return summary
 
@@ -410,21 +487,41 @@ class Racer:
         arms = [a for a in self.arms if a.is_default or a.state == "pending"]
         default = next(a for a in self.arms if a.is_default)
         if c.warm_compile:
+            # replica 0 compiles; the other replicas get a copy of its cache (never one cache written by two)
             cold = [a for a in arms if not self._cache_warm(a)]
             if cold:
                 self._start(cold, t0, summary, kind="compile")
+            for arm in arms:
+                if arm.state == "failed":  # its replicas would only compile cold: the arm fails with it
+                    for e in self.replicas[arm.name][1:]:
+                        e.state, e.failure = "failed", arm.failure
+                else:
+                    self._copy_cache(arm)
             arms = [a for a in arms if a.state != "failed"]
             if default.state == "failed":
                 for arm in arms:
-                    self._stop(arm, "not started: the default's compile start failed")
+                    self._stop_arm(arm, "not started: the default's compile start failed")
                 first = (default.failure or "").splitlines()
                 return "the default's engine failed" + (f": {first[0]}" if first else "")
             if self.prior_gpu_s / 60 + (time.time() - t0) / 60 >= c.budget_min:
                 for arm in arms:
-                    self._stop(arm, "not started: budget spent by the compile starts")
+                    self._stop_arm(arm, "not started: budget spent by the compile starts")
                 return f"budget of {c.budget_min:g} GPU-minutes spent (compile starts)"
-        self._start(arms, t0, summary)
+        self._start([e for a in arms for e in self.replicas[a.name] if e.state != "failed"], t0, summary)
         return self._rounds(t0, summary)
+
+    def _copy_cache(self, arm: Arm) -> None:
+        """Replica 0's compile cache into every other replica's cold cache, before the measured wave."""
+        src = self.cache_root(arm)
+        if not self._cache_warm(arm):
+            return  # nothing compiled (no warm_compile, or no cache root): each replica does as it may
+        for e in self.replicas[arm.name][1:]:
+            dst = self.cache_root(e)
+            if dst != src and not self._cache_warm(e):
+                try:
+                    shutil.copytree(src, dst, dirs_exist_ok=True)
+                except OSError as exc:  # (disk full, permissions) that replica would compile cold: not started
+                    e.state, e.failure = "failed", f"could not copy the compile cache {src} to {dst}: {exc}"
 
     def _env(self, arm: Arm) -> dict[str, str]:
         c = self.config
@@ -432,7 +529,9 @@ class Racer:
         if c.separate_caches and "VLLM_CACHE_ROOT" not in {**os.environ, **env}:
             # Engines that start at once would write one compile cache (the default and CONTROL
             # compute the same key): each arm compiles into its own.
-            env["VLLM_CACHE_ROOT"] = str(c.profile.log_dir / "vllm-cache" / arm.name)
+            # Replicas of one arm too: replica r > 0 under its own root, filled from replica 0's.
+            base = "vllm-cache" if arm.replica == 0 else f"vllm-cache-r{arm.replica}"
+            env["VLLM_CACHE_ROOT"] = str(c.profile.log_dir / base / arm.name)
         return env
 
     def cache_root(self, arm: Arm) -> Path:
@@ -469,7 +568,8 @@ class Racer:
 
         def start(i: int, arm: Arm) -> None:
             time.sleep(i * c.stagger_s)
-            numbered = f"-{arm.session_starts}" if arm.session_starts > 1 else ""
+            k = arm.session_starts + arm.replica  # the start number of its start id
+            numbered = f"-{k}" if k > 1 else ""
             suffix = "-compile" if compile_only else numbered
             log = p.log_dir / f"{self.run_id}-{arm.name}{suffix}.log"
             env = self._env(arm)
@@ -529,15 +629,15 @@ class Racer:
         default = next(a for a in self.arms if a.is_default)
         vocab = int(self.profiler.shape.get("vocab_size") or DEFAULT_VOCAB)
         while True:
-            if default.state != "live":
+            if self.arm_state(default) != "live":
                 for arm in self.challengers:
-                    if arm.state == "live":
-                        self._stop(arm, "stopped: the default's engine is down")
-                first = (default.failure or "").splitlines()
+                    if self.arm_state(arm) == "live":
+                        self._stop_arm(arm, "stopped: the default's engine is down")
+                first = (self.arm_failure(default) or "").splitlines()
                 return "the default's engine failed" + (f": {first[0]}" if first else "")
-            live = [a for a in self.challengers if a.state == "live"]
+            live = [a for a in self.challengers if self.arm_state(a) == "live"]
             if not live:
-                return "every arm decided" if all(a.state == "decided" for a in self.challengers) \
+                return "every arm decided" if all(self.arm_state(a) == "decided" for a in self.challengers) \
                     else "no challenger left running"
             spent = self.prior_gpu_s / 60 + (time.time() - t0) / 60
             if spent >= c.budget_min:
@@ -547,26 +647,32 @@ class Racer:
             workload = next_workload(self.order, self.table.rounds_per_workload(), self._open_workloads(live))
             if workload is None:
                 for arm in live:
-                    self._stop(arm, "no workload left that could decide it")
+                    self._stop_arm(arm, "no workload left that could decide it")
                 return "no open workload left: the remaining verdicts depend on the workload"
             round_ = self.next_round
             self.next_round += 1
-            order = [default, *live]
-            random.Random(f"{self.key}:{round_}").shuffle(order)
+            arms = [default, *live]
+            random.Random(f"{self.key}:{round_}").shuffle(arms)
+            # one engine per arm: replica round mod R, so replica r of every arm meets replica r of the default
+            order = [e for a in arms if (e := self.pick(a, round_)) is not None]
+            resident = sum(1 for e in self.engines if e.state == "live")
             self.reporter.round_starting(round_, workload, order)
             idle_gpu = self._idle_gpu_util()
             round_t0 = time.time()
-            for pos, arm in enumerate(order):
-                if default.state != "live":
-                    break  # nothing left to pair with this round
-                self._cell(arm, order, pos, workload, round_, round_t0, idle_gpu, vocab, t0, summary)
+            for pos, arm in enumerate(arms):
+                while self.arm_state(default) == "live":  # else nothing left to pair with this round
+                    engine = self.pick(arm, round_)
+                    if engine is None or self._cell(engine, pos, resident, workload, round_, round_t0, idle_gpu,
+                                                    vocab, t0, summary):
+                        break
+                    # that replica died: the arm's next live replica takes the cell
             summary.rounds_run += 1
             self.round_walls.append(time.time() - round_t0)
             self._mark_session(t0)
             verdicts = self.verdicts()
             for arm in self.challengers:
-                if arm.state == "live" and verdicts[arm.name].decided(c.metrics):
-                    self._stop(arm, "decided on every metric", state="decided")
+                if self.arm_state(arm) == "live" and verdicts[arm.name].decided(c.metrics):
+                    self._stop_arm(arm, "decided on every metric", state="decided")
             spent = self.prior_gpu_s / 60 + (time.time() - t0) / 60
             self.reporter.round_finished(round_, verdicts, spent)
             if spent < c.budget_min:
@@ -579,7 +685,7 @@ class Racer:
         spent on the starts already up instead."""
         c = self.config
         live = [a for a in self.challengers if a.state == "live"]
-        if c.starts <= 1 or default.state != "live" or not live or self.waves_closed:
+        if c.starts <= 1 or c.replicas > 1 or default.state != "live" or not live or self.waves_closed:
             return
         due = wave_due(c.starts, c.block_rounds, self.rule.min_rounds, default.starts,
                        [(a.starts, self.table.current_block_rounds(a.name, a.start_id, default.start_id))
@@ -617,18 +723,20 @@ class Racer:
                 open_names |= {w for (m, w), d in v.by_workload.items() if m == metric and not d.decided}
         return open_names
 
-    def _cell(self, arm: Arm, order: list[Arm], pos: int, workload: Workload, round_: int, round_t0: float,
-              idle_gpu: float | None, vocab: int, t0: float, summary: RaceSummary) -> None:
+    def _cell(self, arm: Arm, pos: int, resident: int, workload: Workload, round_: int, round_t0: float,
+              idle_gpu: float | None, vocab: int, t0: float, summary: RaceSummary) -> bool:
+        """Measure *arm*'s engine's cell; False when the engine was found dead (and is failed now)."""
         server = arm.server
         if arm.state != "live" or server is None:
-            return
+            return True
         try:
             server.check_alive()  # it may have died while it waited
         except EngineDiedError as exc:
             self._fail(arm, workload, round_, exc.reason(), t0, summary)
-            return
+            return False
         idle = usage(arm.idle_since, counters(server.pid))["engine_cpu_cores"] if arm.idle_since else None
-        others = [a for a in order if a is not arm and a.state == "live" and a.server is not None]
+        # every other resident engine (all replicas): what ran beside this cell
+        others = [a for a in self.engines if a is not arm and a.state == "live" and a.server is not None]
         before = [counters(a.server.pid) for a in others if a.server is not None]
         assert arm.fingerprint is not None
         try:
@@ -636,13 +744,13 @@ class Racer:
                                                 arm.startup, arm.fingerprint)
         except EngineDiedError as exc:
             self._fail(arm, workload, round_, exc.reason(), t0, summary)
-            return
+            return False
         after = [counters(a.server.pid) for a in others if a.server is not None]
         # the next engine's cell starts once this one has dropped the requests its cell cut
         _wait_idle(server, self.config.profile.idle_timeout_s)
         loads = [usage(b, a)["engine_cpu_cores"] for b, a in zip(before, after, strict=True)]
         known = [x for x in loads if x is not None]
-        record.race = self._info(arm, round_, pos, len(order), round_t0, t0)
+        record.race = self._info(arm, round_, pos, resident, round_t0, t0)
         record.race.idle_cpu_cores = idle
         record.race.neighbours_cpu_cores = round(sum(known), 2) if known else None
         record.race.idle_gpu_util_pct = idle_gpu
@@ -656,6 +764,7 @@ class Racer:
         else:
             summary.cells_failed += 1
         self.reporter.cell_finished(record)
+        return True
 
     def _info(self, arm: Arm, round_: int, pos: int | None, live: int | None, round_t0: float | None,
               t0: float) -> RaceInfo:
@@ -666,7 +775,8 @@ class Racer:
 
     def _fail(self, arm: Arm, workload: Workload, round_: int, reason: str, t0: float,
               summary: RaceSummary) -> None:
-        """The arm's engine is gone: one failed row with vLLM's root cause; the race goes on without it."""
+        """The engine is gone: one failed row with vLLM's root cause; the race goes on without it (an arm
+        with replicas goes on with its other ones)."""
         arm.state, arm.failure = "failed", reason
         if arm.server is not None:
             arm.server.stop()
@@ -687,6 +797,12 @@ class Racer:
         arm.state, arm.stop_reason = state, why
         self.reporter.engine_stopped(arm)
 
+    def _stop_arm(self, arm: Arm, why: str, state: ArmState = "stopped") -> None:
+        """Stop every replica of *arm* that is up (a failed one stays failed)."""
+        for e in self.replicas[arm.name]:
+            if e.state in ("live", "pending"):
+                self._stop(e, why, state)
+
     def _idle_gpu_util(self) -> float | None:
         """GPU utilisation with every engine idle (no GPU: None, and no time spent)."""
         if self.config.idle_probe_s <= 0 or self.profiler.gpu.get("gpu_name") is None:
@@ -704,8 +820,9 @@ class Racer:
                 if d.decided:
                     continue
                 why = v.workload_dependent(metric) or d.why
-                if arm.failure:
-                    why += f"; the engine failed: {arm.failure.splitlines()[0]}"
+                failure = self.arm_failure(arm)
+                if failure:
+                    why += f"; the engine failed: {failure.splitlines()[0]}"
                 elif stop_reason:
                     why += f"; race stopped: {stop_reason}"
                 out.setdefault(arm.name, {})[metric] = why
