@@ -8,6 +8,8 @@
 #     KIND loads (default): vLLM's default --max-num-seqs; workloads cap-low-r2 and cap-high-r32
 #     KIND long: --max-num-seqs 1024 (default list still stops at 512); workload cap-long-r256 (> 512 running)
 #     RACE_BUDGET_MIN: the race's --budget-min (default 7: two starts a side need a start and two restart waves)
+#   CAP_REPLICAS=R (environment): race R resident engines per arm (--replicas R) instead of --starts 2; at a
+#     start offset the size of δ this is what can settle a small difference (docs/method-racing.md)
 #
 # Per case (dataset $CAP_TAG-SHAPE[-long].sqlite, logs under /tmp/gmcap/logs-CASE), each step skipped when done:
 #   a. profile the default mode alone on the GPU (--gpu-memory-utilization 0.5), each workload once (15 s):
@@ -110,10 +112,12 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
           || log "$name: lone start of $arm failed (the race goes on; the table marks its start-up numbers)"
       done
       sa=(); for s in "${specs[@]}"; do sa+=(--sizes-arm "$s"); done
+      # CAP_REPLICAS > 1: that many resident engines per arm (--replicas) instead of two restarted starts
+      startsopt="--starts 2"; [ "${CAP_REPLICAS:-1}" -gt 1 ] && startsopt="--replicas ${CAP_REPLICAS}"
       log "$name: d. race ${specs[*]} over ${loads[*]}, budget ${budget:-7} min"
       eval "\"\$py\" -m graphmode.profiling profile --race --grid \"\$grid\" --modes FULL_AND_PIECEWISE \
         --workloads \"\$(IFS=,; echo \"\${loads[*]}\")\" --dataset \"\$ds\" --port 8200 --log-dir \"\$logs\" \
-        --vllm-cmd \"\$vcmd\" --kv-cache-memory-bytes \$kv --budget-min \${budget:-7} --starts 2 \
+        --vllm-cmd \"\$vcmd\" --kv-cache-memory-bytes \$kv --budget-min \${budget:-7} \$startsopt \
         \"\${race[@]}\" \"\${sa[@]}\" $opts -- \"\${args[@]}\"" >>"$out" 2>&1 < /dev/null
       log "$name: race exited $?"
     done

@@ -80,6 +80,8 @@ def test_race_command_carries_every_vllm_setting(tmp_path: Path) -> None:
     ("  - {name: a, shape: llama-3.2-1b, grid: bench/grids/race-long-prompt.yaml}\n", "more than max_model_len"),
     ("  - {name: a, shape: llama-3.2-1b, workloads: [nope]}\n", "workloads not in grid"),
     ("  - {name: a, shape: qwen3-30b-a3b, kv: 4G, modes: [FULL, PIECEWISE]}\n", "2 fit: race fewer modes"),
+    ("  - {name: a, shape: llama-3.1-8b, kv: 4G, replicas: 4}\n", "or fewer replicas"),
+    ("  - {name: a, shape: llama-3.2-1b, replicas: 0}\n", "replicas"),
     ("  - {name: a, shape: llama-3.2-1b, speculative: {method: ngram, num_speculative_tokens: 0}}\n",
      "num_speculative_tokens"),
     ("  - {name: a, shape: llama-3.2-1b, speculative: {num_speculative_tokens: 3}}\n", "needs a method"),
@@ -137,3 +139,14 @@ def test_root_cause_is_the_exception_vllm_logged_not_the_wrapper() -> None:
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     assert root_cause("INFO loading\n" + oom) == oom
     assert root_cause("INFO all fine") is None
+
+
+def test_replicas_race_resident_engines_instead_of_restarts(tmp_path: Path) -> None:
+    camp = load_campaign(write(tmp_path, BASE + "  - {name: a, shape: qwen2.5-0.5b, kv: 4G, replicas: 4}\n"), ROOT)
+    c = camp.get("a")
+    assert c.engines() == 8  # the default and FULL, four of each
+    cmd = race_command(c, work=tmp_path, tag="x", python="py", vllm_cmd="v", port=1, root=ROOT)
+    assert cmd[cmd.index("--replicas") + 1] == "4" and "--starts" not in cmd
+    one = race_command(load_campaign(H200, ROOT).get("1b-triton"), work=tmp_path, tag="x", python="py",
+                       vllm_cmd="v", port=1, root=ROOT)
+    assert "--replicas" not in one and one[one.index("--starts") + 1] == "1"

@@ -98,22 +98,22 @@ def test_a_replica_that_dies_fails_alone_and_the_arm_is_decided_from_the_others(
 
 
 def test_compile_start_compiles_replica_0_and_copies_its_cache(tmp_path: Path, store: ProfileStore) -> None:
-    config = race_config(tmp_path, [CudaGraphMode.NONE], env=COLD, replicas=2, max_rounds=4)
+    config = race_config(tmp_path, [CudaGraphMode.NONE], env=COLD, replicas=3, max_rounds=4)
     events = Events()
     racer = Racer(config, store, events)
     roots = {racer.cache_root(e) for e in racer.engines}
-    assert len(roots) == 4 and not any(r.exists() for r in roots), "each replica its own compile cache"
+    assert len(roots) == 6 and not any(r.exists() for r in roots), "each replica its own compile cache"
     summary = racer.run()
     assert not summary.failures and not summary.replica_failures
     assert events.events[0] == ("compile", (DEFAULT_ARM, "NONE")), events.events
     assert sum(1 for e in events.events if e[0] == "compiled") == 2 and summary.compile_starts == 2
     starts = [e for e in events.events if e[0] == "start"]
-    assert starts == [("start", (DEFAULT_ARM, DEFAULT_ARM, "NONE", "NONE"))], "one overlapped measured wave"
+    assert starts == [("start", (DEFAULT_ARM,) * 3 + ("NONE",) * 3)], "one overlapped measured wave"
     for e in racer.engines:
         root = racer.cache_root(e)
         assert root.is_dir() and any(f.is_file() for f in root.rglob("*")), root
     rows = store.race_rows(racer.key)
-    assert {_replica(r["race_start_id"]) for r in rows} == {0, 1}
+    assert {_replica(r["race_start_id"]) for r in rows} == {0, 1, 2}
     # no measured start compiled cold: the copied cache was warm for the other replicas
     assert all(float(r["startup_s"]) < COLD_S for r in rows if r["startup_s"] is not None)
     logs = {p.name for p in (tmp_path / "logs").glob("*-compile.log")}
@@ -124,6 +124,10 @@ def test_starts_must_be_one_or_the_replicas_and_the_key_keeps_old_races(tmp_path
                                                                         store: ProfileStore) -> None:
     with pytest.raises(ConfigError, match="--starts 2 with --replicas 3"):
         Racer(race_config(tmp_path, [CudaGraphMode.NONE], replicas=3, starts=2), store)
+    # two replicas are two start blocks: an interval only with the A/A arm's start variance
+    with pytest.raises(ConfigError, match="add --control"):
+        Racer(race_config(tmp_path, [CudaGraphMode.NONE], replicas=2), store)
+    assert Racer(race_config(tmp_path, [CudaGraphMode.NONE], replicas=2, control=True), store).config.replicas == 2
     assert Racer(race_config(tmp_path, [CudaGraphMode.NONE], replicas=3, starts=3), store).rule.min_starts == 2
     one = race_config(tmp_path, [CudaGraphMode.NONE], starts=2)
     three = race_config(tmp_path, [CudaGraphMode.NONE], replicas=3)

@@ -90,7 +90,7 @@ def race_config(args: list[str], o: RaceOptions, s: Settings) -> RaceConfig:
     # replicas give every arm R starts at once: the default --starts (2, restart waves) gives way to them
     starts = _pick(o.starts, r.starts if replicas == 1 else replicas)
     try:
-        check_replicas(replicas, starts)
+        check_replicas(replicas, starts, o.control)
         rule = SequentialRule(delta=_pick(o.delta, r.delta), confidence=_pick(o.confidence, r.confidence),
                               min_rounds=_pick(o.min_rounds, r.min_rounds), start_margin=r.start_margin)
     except (ValueError, ConfigError) as exc:

@@ -65,6 +65,7 @@ class CampaignConfig(BaseModel):
     modes: list[str] | None = Field(None, description="challengers raced against the default (all: None)")
     control: bool = False
     starts: int = Field(2, ge=1, le=10)
+    replicas: int = Field(1, ge=1, le=32, description="resident engines per arm (--replicas); > 1 replaces starts")
     max_rounds: int | None = Field(None, ge=1)
     cell_s: float | None = Field(None, ge=0.5, le=600)
     cell_warmup_s: float | None = Field(None, ge=0, le=600)
@@ -131,7 +132,7 @@ class CampaignConfig(BaseModel):
         from graphmode.core.modes import CudaGraphMode
 
         challengers = len(self.modes) if self.modes is not None else len(CudaGraphMode) - 1
-        return 1 + challengers + int(self.control)
+        return (1 + challengers + int(self.control)) * self.replicas
 
 
 class Campaign(BaseModel):
@@ -236,7 +237,8 @@ def _check(c: CampaignConfig, camp: Campaign, root: Path) -> None:
             raise ConfigError(
                 f"{where}: {c.engines()} engines × {per_engine:.1f} GiB (weights {w_gib:.1f} + KV "
                 f"{kv_gib(c.kv):g} + {camp.engine_overhead_gib:g}) = {total:.0f} GiB, more than the GPU's "
-                f"{camp.gpu_gib:g} GiB; {fit} fit: race fewer modes (e.g. pairs: one mode per configuration)")
+                f"{camp.gpu_gib:g} GiB; {fit} fit: race fewer modes (e.g. pairs: one mode per configuration) or "
+                f"fewer replicas")
 
 
 def load_campaign(path: str | Path, root: str | Path = ".") -> Campaign:
@@ -334,7 +336,8 @@ def race_command(c: CampaignConfig, *, work: Path, tag: str, python: str, vllm_c
     cmd = [python, "-m", "graphmode.profiling", "profile", "--race",
            "--dataset", str(work / f"{tag}-{c.name}.sqlite"), "--port", str(port),
            "--log-dir", str(work / f"logs-{c.name}"), "--vllm-cmd", vllm_cmd,
-           "--kv-cache-memory-bytes", c.kv, "--budget-min", f"{c.budget_min:g}", "--starts", str(c.starts),
+           "--kv-cache-memory-bytes", c.kv, "--budget-min", f"{c.budget_min:g}",
+           *(["--replicas", str(c.replicas)] if c.replicas > 1 else ["--starts", str(c.starts)]),
            "--grid", str(grid_path(root, c.grid))]
     if c.modes is not None:
         cmd += ["--modes", ",".join(c.modes)]

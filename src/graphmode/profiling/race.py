@@ -289,12 +289,16 @@ def wave_due(starts: int, block_rounds: int, min_rounds: int, default_starts: in
     return wave or None
 
 
-def check_replicas(replicas: int, starts: int) -> None:
-    """Replicas give every arm its starts at once: restart waves on top of them are not supported."""
+def check_replicas(replicas: int, starts: int, control: bool = False) -> None:
+    """Replicas give every arm its starts at once: restart waves on top of them are not supported. Two
+    replicas make two start blocks, whose interval needs the A/A arm's start variance (sequential.py)."""
     if replicas > 1 and starts not in (1, replicas):
         raise ConfigError(f"--starts {starts} with --replicas {replicas}: resident replicas give every arm "
                           f"{replicas} starts in one start wave and never restart; use --starts 1 or "
                           f"--starts {replicas} (or leave --starts out)")
+    if replicas == 2 and not control:
+        raise ConfigError("--replicas 2 makes two start blocks, which give an interval only with the A/A arm's "
+                          "start variance: add --control, or use --replicas 3 or more")
 
 
 def race_key(profile_key: str, config: RaceConfig, design: Sequence[Workload]) -> str:
@@ -335,7 +339,7 @@ class Racer:
         self.key = race_key(self.profiler.key, config, self.cells)
         if config.starts < 1 or config.block_rounds < 1 or config.replicas < 1:
             raise ValueError("starts, block_rounds and replicas must be at least 1")
-        check_replicas(config.replicas, config.starts)
+        check_replicas(config.replicas, config.starts, config.control)
         check_sizes_arms(config.sizes_arms, p.vllm_args, [DEFAULT_MODE.value, *(m.value for m in p.modes)])
         # "better"/"equivalent" wait for the starts the race will make (sequential.py); with replicas every
         # arm has R starts from its first round on, and two of each side are what the rule needs
