@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import shlex
 import subprocess
@@ -36,9 +35,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from graphmode.core.errors import ConfigError
+from graphmode.profiling.race_fit import size_gib as kv_gib
+from graphmode.profiling.race_fit import weights_gib
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-_KV = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)?\s*$", re.IGNORECASE)
 # Flags a configuration sets through its own fields (or the chain sets): vllm_args must not repeat them.
 _OWNED_FLAGS = (
     "--model", "--load-format", "--skip-tokenizer-init", "--max-model-len", "--max-num-seqs",
@@ -154,16 +154,6 @@ class Campaign(BaseModel):
                           f"known: {', '.join(c.name for c in self.configs)}")
 
 
-def kv_gib(text: str) -> float | None:
-    """``8G``, ``4096M``, ``16GiB``, a byte count → GiB (vLLM reads K/M/G/T as binary units here)."""
-    m = _KV.match(str(text))
-    if not m:
-        return None
-    scale = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[m.group(2).upper()]
-    value = float(m.group(1)) * scale / 2**30
-    return value if math.isfinite(value) and value > 0 else None
-
-
 def _shape(root: Path, shape: str, where: str) -> dict[str, Any]:
     path = root / "models" / "shapes" / f"{shape}.json"
     try:
@@ -184,16 +174,6 @@ def grid_path(root: Path, grid: str) -> Path:
         return RACE_GRID
     p = Path(grid)
     return p if p.is_absolute() else root / p
-
-
-def weights_gib(cfg: dict[str, Any], quantization: str | None) -> float | None:
-    from graphmode.core.fingerprint import estimate_params
-
-    params = estimate_params(cfg)
-    if params is None:
-        return None
-    per_param = 1.0 if quantization and quantization.startswith("fp8") else 2.0  # bf16 dummy weights else
-    return params * 1e9 * per_param / 2**30
 
 
 def _check(c: CampaignConfig, camp: Campaign, root: Path) -> None:

@@ -128,6 +128,7 @@ from graphmode.profiling.gpu import MemorySampler
 from graphmode.profiling.grid import Workload
 from graphmode.profiling.hostload import Counters, counters, usage
 from graphmode.profiling.race_design import next_workload, race_cell, spread_order
+from graphmode.profiling.race_fit import check_fit
 from graphmode.profiling.race_rounds import (
     CONTROL_ARM,
     DEFAULT_ARM,
@@ -447,6 +448,14 @@ class Racer:
                 for a in self.challengers}
 
     # ------------------------------------------------------------------ the race
+    def check_fit(self, arms: Sequence[Arm] | None = None) -> None:
+        """ConfigError when *arms*' engines (every replica) cannot all be resident on this GPU (race_fit)."""
+        engines = sum(len(self.replicas[a.name]) for a in (arms if arms is not None else self.arms))
+        gib = self.profiler.gpu.get("gpu_memory_gib")
+        check_fit(engines, self.config.profile.vllm_args, float(gib) if isinstance(gib, int | float) else None,
+                  self.config.kv_cache_memory_bytes,
+                  None if self.config.kv_cache_memory_bytes else self.config.gpu_memory_utilization)
+
     def run(self) -> RaceSummary:
         c = self.config
         t0 = time.time()
@@ -458,6 +467,8 @@ class Racer:
                 for e in self.replicas[arm.name]:
                     e.state, e.stop_reason = "decided", "decided in an earlier session"
         todo = [a for a in self.challengers if a.state == "pending"]
+        if todo:
+            self.check_fit([a for a in self.arms if a.is_default or a in todo])
         try:
             if not todo:
                 summary.stop_reason = "every arm decided"
