@@ -170,6 +170,18 @@ def holds(verdict: str, ratio: float, delta: float) -> bool:
     return 1 / (1 + delta) <= ratio <= 1 + delta
 
 
+def summarise(results: Sequence[RaceOutcome], ratio: float, n: int, delta: float, replicas: bool = False) -> Cell:
+    """One table cell from the simulated races of one design."""
+    counts = {v: 0 for v in VERDICTS}
+    for res in results:
+        counts[res.decision.verdict] += 1
+    decided = [res.rounds for res in results if res.decision.decided]
+    wrong = sum(counts[v] for v in ("better", "equivalent", "worse") if not holds(v, ratio, delta))
+    return Cell(ratio, n, {v: c / len(results) for v, c in counts.items()},
+                float(statistics.median(decided)) if decided else None,
+                float(np.mean([res.gpu_s for res in results])) / 60, wrong / len(results), replicas=replicas)
+
+
 def plan(ratios: Sequence[float], starts_list: Sequence[int], noise: Noise, rule: SequentialRule,
          block_rounds: int, races: int, seed: int, max_rounds: int, budget_min: float,
          replicas_list: Sequence[int] = ()) -> list[Cell]:
@@ -189,28 +201,14 @@ def plan(ratios: Sequence[float], starts_list: Sequence[int], noise: Noise, rule
                                min_starts=max(rule.min_starts, n), start_margin=rule.start_margin)
             results = [simulate_race(theta, a[i].tolist(), d[i].tolist(), e[i].tolist(), n, r, noise,
                                      block_rounds, max_rounds, budget_min * 60) for i in range(races)]
-            counts = {v: 0 for v in VERDICTS}
-            for res in results:
-                counts[res.decision.verdict] += 1
-            decided = [res.rounds for res in results if res.decision.decided]
-            wrong = sum(counts[v] for v in ("better", "equivalent", "worse") if not holds(v, ratio, rule.delta))
-            out.append(Cell(ratio, n, {v: c / races for v, c in counts.items()},
-                            float(statistics.median(decided)) if decided else None,
-                            float(np.mean([res.gpu_s for res in results])) / 60, wrong / races))
+            out.append(summarise(results, ratio, n, rule.delta))
         for n in replicas_list:
             # resident replicas: min_starts 2, as a race with --replicas sets it (two starts a side per verdict)
             r = SequentialRule(delta=rule.delta, confidence=rule.confidence, min_rounds=rule.min_rounds,
                                min_starts=max(rule.min_starts, min(n, 2)), start_margin=rule.start_margin)
             results = [simulate_replicas(theta, a[i].tolist(), d[i].tolist(), e[i].tolist(), n, r, noise,
                                          max_rounds, budget_min * 60) for i in range(races)]
-            counts = {v: 0 for v in VERDICTS}
-            for res in results:
-                counts[res.decision.verdict] += 1
-            decided = [res.rounds for res in results if res.decision.decided]
-            wrong = sum(counts[v] for v in ("better", "equivalent", "worse") if not holds(v, ratio, rule.delta))
-            out.append(Cell(ratio, n, {v: c / races for v, c in counts.items()},
-                            float(statistics.median(decided)) if decided else None,
-                            float(np.mean([res.gpu_s for res in results])) / 60, wrong / races, replicas=True))
+            out.append(summarise(results, ratio, n, rule.delta, replicas=True))
     return out
 
 
