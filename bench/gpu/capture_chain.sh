@@ -6,7 +6,7 @@
 #   [CAP_TAG=NAME] bench/gpu/capture_chain.sh WAIT_S CASE [CASE...] [-- race options...]
 #   CASE = SHAPE[:KIND[:RACE_BUDGET_MIN]]   SHAPE: models/shapes/SHAPE.json (dummy weights)
 #     KIND loads (default): vLLM's default --max-num-seqs; workloads cap-low-r2 and cap-high-r32
-#     KIND long: --max-num-seqs 1024 (default list still stops at 512); workload cap-long-r256 (> 512 running)
+#     KIND long: --max-num-seqs 1024 (default list still stops at 512); workload cap-long-c768 (768 running)
 #     RACE_BUDGET_MIN: the race's --budget-min (default 7: two starts a side need a start and two restart waves)
 #   CAP_REPLICAS=R (environment): race R resident engines per arm (--replicas R) instead of --starts 2; at a
 #     start offset the size of δ this is what can settle a small difference (docs/method-racing.md)
@@ -20,12 +20,10 @@
 #   d. race default vs one sizes arm per workload (low=..., high=...; one arm when the lists agree), over
 #      the case's workloads, --kv-cache-memory-bytes per engine (8G; 12G for long), --starts 2; long races
 #      tpot_p50,itl_p50 with 5 s cells after 8 s of warm-up (> 512 streams coalesce SSE chunks: TPOT holds).
-# GPU time, H200, vLLM 0.33, 0.5B-1B shapes (estimate): loads a ~1.7 + c ~2.2 + d 7 = ~11 min; long a ~1.5 +
-# c ~1.1 + d 7 = ~9.6 min. Two cases per 30-minute lease (a race with --starts 2 needs its start, ~75 s,
-# the first block, and two restart waves of ~75 s each before the second starts pair; the race skips a
-# wave the budget cannot pay for, so a smaller budget ends with one start a side and no "equivalent"):
-#   GM_SITE=/tmp/site-0.33 CAP_TAG=cap-h200 bench/gpu/capture_chain.sh 560 qwen2.5-0.5b qwen2.5-0.5b:long
-#   (next lease: llama-3.2-1b llama-3.1-8b)
+# GPU time, H200, vLLM 0.33 (measured 2026-12-02, 8B loads case with :6): a 3.2 min (cold start, two cells),
+# c 2.5 + 2.7 min (each list compiles cold), d 6.1 min = 14.6 min; the long case's a alone took 5 min (238-s
+# cold start). Two cases per lease with race budgets of 5-6 (a lease has ~26 min after the bundle calls):
+#   GM_SITE=/tmp/site-0.33 CAP_TAG=cap-h200 bench/gpu/capture_chain.sh 540 qwen2.5-0.5b:long:6 llama-3.2-1b:loads:5
 # then call it again with the same arguments every <= 10 minutes until "chain finished".
 #
 # The chain starts once under setsid and outlives the device call; calling again with the same arguments only
@@ -78,7 +76,7 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
       mkdir -p "$work/model-$shape" "$logs"; cp "$work/shapes/$shape.json" "$work/model-$shape/config.json"
       args=(--model "$work/model-$shape" --load-format dummy --skip-tokenizer-init --max-model-len 4096)
       if [ "$kind" = long ]; then
-        args+=(--max-num-seqs 1024); seqs=1024; loads=(cap-long-r256); arms=(long); kv=12G
+        args+=(--max-num-seqs 1024); seqs=1024; loads=(cap-long-c768); arms=(long); kv=12G
         race=(--cell-s 5 --cell-warmup-s 8 --race-metrics tpot_p50,itl_p50)
       else
         seqs=256; loads=(cap-low-r2 cap-high-r32); arms=(low high); kv=8G; race=()
@@ -144,7 +142,8 @@ summary() {
 }
 table() {
   [ ${#datasets[@]} -gt 0 ] || return 0
-  PYTHONPATH="$work/src" "$py" "$work/capture_table.py" "${datasets[@]}" --markdown 2>&1
+  # the host python has no pydantic: the bundle's site has it (the GPU run of 2026-12-02 lost its table so)
+  PYTHONPATH="$(cat "$work/site" 2>/dev/null):$work/src" "$py" "$work/capture_table.py" "${datasets[@]}" --markdown 2>&1
 }
 if [ -n "${OUT:-}" ]; then
   for d in "${datasets[@]}"; do

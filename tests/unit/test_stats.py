@@ -155,3 +155,20 @@ def test_aggregate_tpot_needs_two_tokens() -> None:
     assert s.tpot_p50 is None
     s = aggregate([_ok(0.1, [0.05, 0.05, 0.05, 0.05], 5)], 1.0)
     assert s.tpot_p50 == pytest.approx(0.05)
+
+
+def test_deadline_diagnosis_says_requests_outlived_the_cell() -> None:
+    from graphmode.profiling.stats import deadline_diagnosis
+
+    # The H200 long case of 2026-12-02: streams at ~115 ms a token, cut at the deadline a quarter through.
+    cut = [RequestResult(sent_at=float(i), input_tokens=64, max_tokens=384, ttft=0.5, itls=[0.115] * 95,
+                         output_tokens=96, error="cancelled at the run's deadline") for i in range(10)]
+    text = deadline_diagnosis(cut)
+    assert text is not None
+    assert text.startswith("10 requests were still streaming") and "25% of their tokens" in text
+    assert "median ITL 115.0 ms" in text and "needs ~45 s" in text and "max_concurrency" in text
+    # Failures of another kind (refused, never started) are not explained as a too-long cell.
+    refused = [RequestResult(sent_at=0.0, input_tokens=8, max_tokens=8, error="ClientConnectorError: refused")]
+    never = [RequestResult(sent_at=0.0, input_tokens=8, max_tokens=8,
+                           error="not sent or cancelled before the run's deadline")]
+    assert deadline_diagnosis(refused) is None and deadline_diagnosis(never) is None

@@ -35,7 +35,7 @@ from graphmode.profiling.hostload import counters, cpu_model, python_probe_ms, u
 from graphmode.profiling.loadgen import run_load
 from graphmode.profiling.metrics import MetricsSnapshot, parse_metrics
 from graphmode.profiling.placement import placement
-from graphmode.profiling.stats import RequestResult, WindowMonitor, aggregate, aggregate_window
+from graphmode.profiling.stats import RequestResult, WindowMonitor, aggregate, aggregate_window, deadline_diagnosis
 from graphmode.vllm_args import compilation_config_of, model_arg, without_flags
 
 DEFAULT_VOCAB = 1000  # safe for any real tokenizer when config.json is not readable
@@ -282,7 +282,8 @@ class Profiler:
         status: CellStatus = "ok"
         reason = None
         if workload.adaptive is None and latency.n_ok == 0:
-            status, reason = "failed", f"no request succeeded: {latency.first_error}"
+            why = deadline_diagnosis(measured) or latency.first_error
+            status, reason = "failed", f"no request succeeded: {why}"
         elif workload.adaptive is not None and not latency.output_tok_s:
             status, reason = "failed", f"no token arrived in the window: {latency.first_error}"
         return CellRecord(

@@ -56,6 +56,27 @@ class RequestResult:
         return not (slo_itl_s is not None and self.itls and float(np.mean(self.itls)) > slo_itl_s)
 
 
+def deadline_diagnosis(results: Sequence[RequestResult]) -> str | None:
+    """Why no request finished, when the cause is that each needs longer than the cell: requests were still
+    streaming at the deadline. An open-loop rate above what the engine decodes grows the batch until every
+    stream crawls (H200, 2026-12-02: 256 req/s of 384 tokens held ~1020 sequences at ~8.6k tokens/s, so a
+    request needed ~45 s against a ~40 s cell), and the bare "cancelled" said nothing of that."""
+    cut = [r for r in results if not r.ok and r.output_tokens > 0 and r.error is not None
+           and r.error.startswith("cancelled")]
+    if not cut:
+        return None
+    gaps = [g for r in cut for g in r.itls]
+    got = float(np.median([r.output_tokens / r.max_tokens for r in cut if r.max_tokens > 0] or [0.0]))
+    text = f"{len(cut)} requests were still streaming at the cell's deadline, with a median {got:.0%} of their tokens"
+    if gaps:
+        itl = float(np.median(gaps))
+        ttft = float(np.median([r.ttft for r in cut if r.ttft is not None] or [0.0]))
+        need = ttft + float(np.median([r.max_tokens for r in cut])) * itl
+        text += f" (median ITL {itl * 1e3:.1f} ms: a request needs ~{need:.0f} s)"
+    return (text + "; the load asks more than the engine decodes in the cell: shorten the outputs, lower the rate "
+            "or cap max_concurrency so that requests finish inside it")
+
+
 def _latency_percentiles(ttfts: Sequence[float], itls: Sequence[float], tpots: Sequence[float],
                          e2es: Sequence[float]) -> dict[str, float | None]:
     return {
