@@ -8,7 +8,7 @@ the default, and the ``--compilation-config`` keys to profile the recommended li
 step sizes were recorded are counted and skipped.
 
     .venv/bin/python bench/capture_sizes.py cap.sqlite [--workload NAME] [--mode FULL_AND_PIECEWISE]
-        [--max-num-seqs 256] [--max-num-batched-tokens 8192] [--json]
+        [--max-num-seqs 256] [--max-num-batched-tokens 8192] [--keep 1,2,4,8 | none] [--json]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from graphmode.core.dataset import ProfileStore, step_sizes_of
 from graphmode.core.records import StepSizes
 from graphmode.report.capture import add_steps, shape_label
-from graphmode.selector.capture import choose_capture_sizes, costs_from_dataset
+from graphmode.selector.capture import ALWAYS_KEEP, choose_capture_sizes, costs_from_dataset, parse_keep
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,8 +32,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", default="FULL_AND_PIECEWISE")
     ap.add_argument("--max-num-seqs", type=int, default=256)
     ap.add_argument("--max-num-batched-tokens", type=int, default=None)
+    ap.add_argument("--keep", default=",".join(map(str, ALWAYS_KEEP)),
+                    help="sizes kept whatever the window saw, up to the largest chosen (default %(default)s), "
+                         "or 'none'")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    try:
+        keep = parse_keep(a.keep)
+    except ValueError as exc:
+        ap.error(f"--keep: {exc}")
     out = []
     skipped = 0
     for path in a.datasets:
@@ -59,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{label} {workload}: cells with different histogram edges, skipped", file=sys.stderr)
                 continue
             ans = choose_capture_sizes(steps, mode=a.mode, max_num_seqs=a.max_num_seqs,
-                                       max_num_batched_tokens=a.max_num_batched_tokens,
+                                       max_num_batched_tokens=a.max_num_batched_tokens, always_keep=keep,
                                        costs=costs_from_dataset(path, model_config_hash=chash))
             out.append({"dataset": str(path), "shape": label, "workload": workload,
                         "cells": cells[(label, chash, workload)], "answer": ans.model_dump(mode="json"),

@@ -18,6 +18,7 @@ from graphmode.selector.capture import (
     costs_from_dataset,
     default_capture_sizes,
     kv_bytes_per_token,
+    parse_keep,
     step_distribution,
 )
 
@@ -85,8 +86,11 @@ def test_steps_above_any_allowed_size_are_never_graphed() -> None:
     assert ans.chosen.graphed_share == 0.0 and "above 8192" in ans.notes[0]
     # Mixed: 1/5 of the steps above the +Inf edge, the rest at batch 12.
     mixed = choose_capture_sizes(steps_of({12: 80}, running={12: 30}, above=20.0))
-    # The top is the bucket's edge (16): a batch of 13..16 the samples missed still replays a graph.
-    assert mixed.sizes == [12, 16] and mixed.chosen.graphed_share == pytest.approx(0.8)
+    # The top is the bucket's edge (16): a batch of 13..16 the samples missed still replays a graph; 1, 2, 4, 8
+    # are kept by default (no step of the window needs them, a quieter hour's will).
+    assert mixed.sizes == [1, 2, 4, 8, 12, 16] and mixed.chosen.graphed_share == pytest.approx(0.8)
+    assert any(n.startswith("kept 1, 2, 4, 8 so that small batches") for n in mixed.notes)
+    assert choose_capture_sizes(steps_of({12: 80}, running={12: 30}, above=20.0), always_keep=()).sizes == [12, 16]
     assert any("20.0% of steps are above" in n for n in mixed.notes)
 
 
@@ -106,10 +110,12 @@ def test_default_too_short_a_larger_size_is_chosen() -> None:
     assert any("above the default's 512" in n for n in ans.notes)
 
 
-def _brute(weights: dict[int, float], cands: list[int], k: int) -> float:
+def _brute(weights: dict[int, float], cands: list[int], k: int, must: tuple[int, ...] = ()) -> float:
     top = max(cands)
     best = float("inf")
     for rest in itertools.combinations([c for c in cands if c < top], k - 1):
+        if not set(must) <= {*rest, top}:
+            continue
         sizes = sorted([*rest, top])
         pad = sum(w * (next(s for s in sizes if s >= t) - t) for t, w in weights.items())
         best = min(best, pad)
@@ -122,7 +128,9 @@ def test_dp_is_exact_against_brute_force() -> None:
         batch = {int(b): float(rng.integers(1, 50)) for b in rng.choice(np.arange(1, 60), size=8, replace=False)}
         steps = steps_of(batch, running={b: 1 for b in batch})
         for k in (2, 3, 4):
-            ans = choose_capture_sizes(steps, budget=CaptureBudget(max_sizes=k), padding_tolerance=0.0)
+            # The brute force is over all lists: nothing kept (the kept-size DP is checked below).
+            ans = choose_capture_sizes(steps, budget=CaptureBudget(max_sizes=k), padding_tolerance=0.0,
+                                       always_keep=())
             # The chooser sees the histogram spread by the running samples (one each), not ``batch`` itself.
             dist = step_distribution(steps, 8192)
             seen = {int(t): float(w) for t, w in enumerate(dist.weight) if w > 0}
@@ -132,6 +140,12 @@ def test_dp_is_exact_against_brute_force() -> None:
             got = sum(w * (next(s for s in ans.sizes if s >= t) - t) for t, w in seen.items())
             assert len(ans.sizes) <= k
             assert got == pytest.approx(_brute(seen, cands, min(k, len(cands))))
+        for k in (4, 5, 6):  # with sizes kept, the DP is exact over the lists that hold them
+            kept = choose_capture_sizes(steps, budget=CaptureBudget(max_sizes=k), padding_tolerance=0.0,
+                                        always_keep=(2, 8))
+            assert {2, 8} <= set(kept.sizes) and len(kept.sizes) <= k
+            got = sum(w * (next(s for s in kept.sizes if s >= t) - t) for t, w in seen.items())
+            assert got == pytest.approx(_brute(seen, cands, min(k, len(cands)), (2, 8)))
 
 
 def test_budget_on_seconds_and_gib_is_respected() -> None:
@@ -201,3 +215,81 @@ def test_a_budget_too_small_for_the_top_lowers_it_and_says_so() -> None:
     assert none.sizes == none.default_sizes and any("even one graph" in n for n in none.notes)
     unchecked = choose_capture_sizes(steps, budget=CaptureBudget(max_capture_s=0.1))
     assert any("not checked" in n for n in unchecked.notes)
+
+
+def test_a_high_load_window_keeps_small_sizes() -> None:
+    # H200, 32 req/s: no step under 63 tokens in the window, so the window alone starts its list at 63-64,
+    # and a single-sequence step at a quieter hour pads to that (measured TPOT 1.056x the default's at 2 req/s).
+    running = {n: 5 for n in range(63, 102)}
+    steps = steps_of({n: 50.0 for n in running} | {1500: 30.0}, running=running)
+    costs = h200_costs("llama8b")
+    alone = choose_capture_sizes(steps, costs=costs, always_keep=())
+    assert min(alone.sizes) >= 63 and not any(n.startswith("kept") for n in alone.notes)
+    ans = choose_capture_sizes(steps, costs=costs)  # the default keeps 1, 2, 4, 8
+    assert ans.sizes[:4] == [1, 2, 4, 8] and min(ans.sizes[4:]) >= 63 and ans.max_capture_size == 2048
+    assert ans.chosen.graphed_share == alone.chosen.graphed_share == 1.0  # kept sizes take no step of the window
+    assert any(n.startswith("kept 1, 2, 4, 8 so that small batches replay a graph") and "would pad to 64" in n
+               and "GiB graphs against that list" in n for n in ans.notes)
+    # Alone this window takes [1, 3, 8]; with 1, 2, 4, 8 kept a step of 3 pads to 4 (1/3 token per step, within
+    # the tolerance), so the fewest sizes are 1, 2, 4, 8 and the note names only the sizes the window lacked.
+    low = choose_capture_sizes(steps_of({1: 100.0, 3: 50.0}, running={1: 10, 3: 5}))
+    assert choose_capture_sizes(steps_of({1: 100.0, 3: 50.0}, running={1: 10, 3: 5}), always_keep=()).sizes == \
+        [1, 3, 8]
+    assert low.sizes == [1, 2, 4, 8] and low.chosen.padded_tokens_per_step == pytest.approx(0.333)
+    assert any(n.startswith("kept 2, 4 so that") for n in low.notes)
+    # A window whose own list holds the kept sizes gets no note; kept sizes above the top are not captured.
+    small = choose_capture_sizes(steps_of({1: 100.0, 2: 50.0, 4: 20.0, 8: 10.0}, running={1: 9, 2: 5, 4: 2, 8: 1}),
+                                 padding_tolerance=0.0)
+    assert small.sizes == [1, 2, 4, 8] and not any(n.startswith("kept") for n in small.notes)
+    one = choose_capture_sizes(steps_of({1: 100.0}))
+    assert one.sizes == [1]  # 2, 4, 8 are above the top
+
+
+def test_budgets_count_the_kept_sizes_and_drop_the_largest_first() -> None:
+    running = {n: 5 for n in range(63, 102)}
+    steps = steps_of({n: 50.0 for n in running}, running=running)
+    for k, want in ((1, [128]), (2, [1, 128]), (3, [1, 2, 128]), (5, [1, 2, 4, 8, 128])):
+        ans = choose_capture_sizes(steps, budget=CaptureBudget(max_sizes=k))
+        assert ans.sizes == want, k
+        dropped = [n for n in ans.notes if "dropped (the largest go first)" in n]
+        assert bool(dropped) == (k < 5)
+    assert any("4, 8 dropped" in n for n in choose_capture_sizes(steps, budget=CaptureBudget(max_sizes=3)).notes)
+    # Seconds and GiB are checked on the final list, kept sizes included.
+    costs = CaptureCosts(s_per_graph=0.1, gib_per_graph=0.01, n_starts=2, identified=True, basis="test")
+    ans = choose_capture_sizes(steps, costs=costs, budget=CaptureBudget(max_capture_s=0.65), mode="FULL")
+    assert ans.sizes[:4] == [1, 2, 4, 8] and len(ans.sizes) == 6  # room for one size of the window's own
+    tight = choose_capture_sizes(steps, costs=costs, budget=CaptureBudget(max_capture_s=0.35), mode="FULL")
+    assert tight.sizes == [1, 2, 128] and any("4, 8 dropped" in n for n in tight.notes)
+    assert tight.chosen.capture_s is not None and tight.chosen.capture_s <= 0.35
+    # The budget's own always_keep is what the CLI and API set.
+    assert choose_capture_sizes(steps, budget=CaptureBudget(always_keep=[])).sizes == \
+        choose_capture_sizes(steps, always_keep=()).sizes
+
+
+def test_padding_and_graphed_share_are_of_the_final_list() -> None:
+    # 500 steps of 100 tokens, 5 of one token; two sizes allowed, the top is the bucket edge 128.
+    steps = steps_of({1: 5.0, 100: 500.0}, running={1: 1, 100: 10})
+    alone = choose_capture_sizes(steps, budget=CaptureBudget(max_sizes=2), always_keep=())
+    assert alone.sizes == [100, 128]
+    assert alone.chosen.padded_tokens_per_step == pytest.approx(round(5 * 99 / 505, 3))
+    kept = choose_capture_sizes(steps, budget=CaptureBudget(max_sizes=2), always_keep=(1,))
+    assert kept.sizes == [1, 128] and kept.chosen.graphed_share == 1.0
+    assert kept.chosen.padded_tokens_per_step == pytest.approx(round(500 * 28 / 505, 3))  # kept costs padding here
+    roomy = choose_capture_sizes(steps, budget=CaptureBudget(max_sizes=3), always_keep=(1,))
+    assert roomy.sizes == [1, 100, 128] and roomy.chosen.padded_tokens_per_step == 0.0
+
+
+def test_bad_sizes_to_keep_are_refused() -> None:
+    steps = steps_of({12: 80}, running={12: 30})
+    for bad in ((0,), (-1, 2), (1.5,), (True,), ("4",), "1,2", 4, (70000,)):
+        with pytest.raises(ValueError):
+            choose_capture_sizes(steps, always_keep=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="disagrees"):
+        choose_capture_sizes(steps, always_keep=(1,), budget=CaptureBudget(always_keep=[2]))
+    for bad_json in ({"always_keep": [0]}, {"always_keep": ["1"]}, {"always_keep": [1.5]}, {"always_keep": 3}):
+        with pytest.raises(ValueError):
+            CaptureBudget.model_validate(bad_json)
+    assert parse_keep("8,1, 2,2") == (1, 2, 8) and parse_keep("none") == () and parse_keep("") == ()
+    for text in ("1,x", "0", "1,,2", "-4"):
+        with pytest.raises(ValueError, match="comma-separated"):
+            parse_keep(text)

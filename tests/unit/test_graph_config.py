@@ -161,16 +161,26 @@ def test_cli_json_carries_the_capture_block_and_the_downgrade_reason() -> None:
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     cap = data["capture"]
-    # 100 of 500 steps pad 12 → 16: 0.8 tokens per step, within the 1-token tolerance of [4, 12, 16].
-    assert cap["sizes"] == [4, 16] and cap["default"]["sizes"][-1] == 512
+    # 100 of 500 steps pad 12 → 16: 0.8 tokens per step, within the 1-token tolerance of [4, 12, 16]; 1, 2, 8 are
+    # kept by default (small batches replay a graph whatever the load), 4 the window chose itself.
+    assert cap["sizes"] == [1, 2, 4, 8, 16] and cap["default"]["sizes"][-1] == 512
+    assert any(n.startswith("kept 1, 2, 8 so that") for n in cap["notes"])
     assert cap["chosen"]["graphed_share"] == 1.0 and cap["excluded_modes"]["FULL"]
     assert data["mode"] != "FULL"
     cc = json.loads(data["compilation_config"])
-    assert cc["cudagraph_capture_sizes"] == [4, 16] and cc["cudagraph_mode"] == data["mode"]
+    assert cc["cudagraph_capture_sizes"] == [1, 2, 4, 8, 16] and cc["cudagraph_mode"] == data["mode"]
+    base = ["recommend", "--rate", "2", "--input-tokens", "64", "--output-tokens", "256", "--models-dir", str(MODELS),
+            "--gpu", "NVIDIA H200", "--vllm-version", "0.24.0", "--step-sizes", STEPS, "--json"]
+    alone = CliRunner().invoke(app, [*base, "--capture-keep", "none"])
+    assert alone.exit_code == 0 and json.loads(alone.stdout)["capture"]["sizes"] == [4, 16]
+    one = CliRunner().invoke(app, [*base, "--capture-keep", "1"])
+    assert one.exit_code == 0 and json.loads(one.stdout)["capture"]["sizes"] == [1, 4, 16]
+    wrong = CliRunner().invoke(app, [*base, "--capture-keep", "1,zero"])
+    assert wrong.exit_code != 0 and "--capture-keep" in wrong.output and "Traceback" not in wrong.output
     table = CliRunner().invoke(app, ["recommend", "--rate", "2", "--input-tokens", "64", "--output-tokens", "256",
                                      "--models-dir", str(MODELS), "--gpu", "NVIDIA H200", "--vllm-version", "0.24.0",
                                      "--step-sizes", STEPS])
-    assert table.exit_code == 0 and "capture sizes" in table.stdout and "4, 16" in table.stdout
+    assert table.exit_code == 0 and "capture sizes" in table.stdout and "1, 2, 4, 8, 16" in table.stdout
     bad = CliRunner().invoke(app, ["recommend", "--rate", "2", "--input-tokens", "64", "--output-tokens", "256",
                                    "--models-dir", str(MODELS), "--step-sizes", "{\"le\": 3}"])
     assert bad.exit_code != 0 and "Traceback" not in bad.output
@@ -246,12 +256,18 @@ def test_service_answers_with_the_capture_block() -> None:
         assert r.status_code == 200, r.text
         data = r.json()
         assert data["capture"]["sizes"] == [16]  # the budget allows one size: the top bucket's edge
+        assert any("1, 2, 4, 8 dropped" in n for n in data["capture"]["notes"])  # no room for the kept sizes
         assert data["capture"]["kv_tokens_gained"] > 0 and data["mode"] != "FULL"
         assert json.loads(data["compilation_config"])["cudagraph_capture_sizes"] == [16]
         plain = tc.post("/v1/recommend", json={"workload": body["workload"]}).json()
         assert plain["capture"] is None
         bad = tc.post("/v1/recommend", json={**body, "step_sizes": {"le": "x"}})
         assert bad.status_code == 422
+        roomy = {**body, "capture_budget": {"max_sizes": 3, "always_keep": [1, 2]}}
+        assert tc.post("/v1/recommend", json=roomy).json()["capture"]["sizes"] == [1, 2, 16]
+        for keep in ([0], ["1"], 2):
+            wrong = tc.post("/v1/recommend", json={**body, "capture_budget": {"always_keep": keep}})
+            assert wrong.status_code == 422, keep
 
 
 def test_launch_never_passes_a_mode_vllm_would_downgrade(tmp_path: Path) -> None:
@@ -313,9 +329,11 @@ def test_launch_uses_the_step_sizes_watch_saved(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout.strip().splitlines()[-1])
     # No model: vLLM's default mode, with the sizes chosen for the saved steps, the user's key kept.
-    assert out["source"] == "default" and out["capture"]["cudagraph_capture_sizes"] == [4, 16]
+    # 1, 2, 8 are kept by default (small batches replay a graph whatever the load).
+    assert out["source"] == "default" and out["capture"]["cudagraph_capture_sizes"] == [1, 2, 4, 8, 16]
     cc = compilation_config_of(out["argv"])
-    assert cc == {"backend": "inductor", "cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [4, 16],
+    assert cc == {"backend": "inductor", "cudagraph_mode": "FULL_AND_PIECEWISE",
+                  "cudagraph_capture_sizes": [1, 2, 4, 8, 16],
                   "max_cudagraph_capture_size": 16}
     # The user's own sizes win without --force.
     mine = CliRunner().invoke(app, [*base, "--", "--compilation-config", '{"cudagraph_capture_sizes":[8]}'])

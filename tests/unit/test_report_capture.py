@@ -41,7 +41,9 @@ def test_section_sums_cells_and_marks_the_chosen_sizes(tmp_path: Path) -> None:
     assert sh.answer.max_capture_size == 32 and sh.answer.chosen.graphed_share == 1.0
     assert sh.answer.chosen.capture_s is not None  # priced by the dataset's engine starts
     marks = [a.text for a in figure(sh).layout.annotations]
-    assert "▲ " + ", ".join(str(s) for s in sh.answer.sizes if s <= 8) in marks and "default max 512" in marks
+    # One mark per histogram bucket: size 1 (kept by default) sits in (0, 1], the window's 2..8 in (1, 8].
+    assert sh.answer.sizes[0] == 1 and "▲ 1" in marks
+    assert "▲ " + ", ".join(str(s) for s in sh.answer.sizes if 1 < s <= 8) in marks and "default max 512" in marks
     text = section([ds])
     assert "LlamaForCausalLM 8.0B" in text and "default max 512" in text
     assert ", ".join(map(str, sh.answer.sizes)) in text

@@ -92,8 +92,17 @@ def _deployment(vllm_args: str, model_path: str | None) -> Any:
         raise ConfigError(f"--vllm-args: {exc}") from None
 
 
+def _read_keep(text: str) -> tuple[int, ...]:
+    from graphmode.selector.capture import parse_keep
+
+    try:
+        return parse_keep(text)
+    except ValueError as exc:
+        raise ConfigError(f"--capture-keep: {exc}") from None
+
+
 def _complete(answer: Recommendation, rec: Any, steps: Any, vllm_args: str | None, model_path: str | None,
-              budget: tuple[int | None, float | None, float | None]) -> Recommendation:
+              budget: tuple[int | None, float | None, float | None, tuple[int, ...] | None]) -> Recommendation:
     import shlex
 
     from graphmode.core.fingerprint import load_model_config
@@ -102,7 +111,8 @@ def _complete(answer: Recommendation, rec: Any, steps: Any, vllm_args: str | Non
 
     served = load_model_config(model_path) if model_path else None
     return complete(answer, step_sizes=steps, vllm_args=shlex.split(vllm_args or ""), served_config=served,
-                    budget=CaptureBudget(max_sizes=budget[0], max_capture_s=budget[1], max_graph_gib=budget[2]),
+                    budget=CaptureBudget(max_sizes=budget[0], max_capture_s=budget[1], max_graph_gib=budget[2],
+                                         always_keep=None if budget[3] is None else list(budget[3])),
                     model_folder=rec.folder)
 
 
@@ -258,6 +268,10 @@ def register(app: typer.Typer) -> None:
         capture_max_gib: Annotated[
             float | None, typer.Option("--capture-max-gib", help="Budget: predicted graph GiB.")
         ] = None,
+        capture_keep: Annotated[
+            str | None, typer.Option("--capture-keep", help="Capture sizes kept whatever the window saw, up to "
+                                     "the largest chosen: '1,2,4,8' (the default) or 'none'.")
+        ] = None,
     ) -> None:
         """Recommend a CUDA Graph mode from observed features, a workload description or a live server."""
         from graphmode.selector.describe import WorkloadDescription
@@ -267,6 +281,7 @@ def register(app: typer.Typer) -> None:
 
         with handle_errors():
             steps = _read_step_sizes(step_sizes) if step_sizes is not None else None
+            keep = _read_keep(capture_keep) if capture_keep is not None else None
             described = rate is not None or input_tokens is not None or output_tokens is not None
             given = sum([described, features is not None, server is not None])
             if given != 1:
@@ -345,7 +360,7 @@ def register(app: typer.Typer) -> None:
             answer = rec.recommend(inputs, obj, source="server" if server is not None else None)
             if steps is not None or vllm_args is not None:
                 answer = _complete(answer, rec, steps, vllm_args, model_path,
-                                   (capture_max_sizes, capture_max_s, capture_max_gib))
+                                   (capture_max_sizes, capture_max_s, capture_max_gib, keep))
             if as_json:
                 out_console.print_json(json.dumps(answer.model_dump(mode="json")))
             else:

@@ -18,6 +18,13 @@ Method (exact for the discrete distribution it is given)
     the multiples of 8 and every observed batch size (decode steps have exactly that many tokens), so a
     list looks like one vLLM would use.
 
+    Sizes to always keep (:data:`ALWAYS_KEEP`, 1, 2, 4, 8) up to the top are breakpoints no DP segment may
+    step over, so the padding, the graphed share and every budget are those of the final list. Traffic
+    changes over a day and a restart for a new list happens only when it pays: a list chosen at 32 req/s
+    that started at 63 padded every single-sequence step at 2 req/s to 63 (H200, Llama-3.1-8B, vLLM 0.33:
+    TPOT 1.056x the default list's), while small graphs cost little. A budget too small for them and the
+    top drops kept sizes from the largest down, and says so.
+
 Costs (:class:`CaptureCosts`)
     Capture seconds linear in the number of graphs and the sum of their sizes; graph GiB linear in the
     number of graphs and the largest size, the shape of vLLM's own estimate (one largest capture fills the
@@ -31,9 +38,9 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -41,13 +48,16 @@ from pydantic import BaseModel, Field
 from graphmode.core.records import StartupInfo, StepSizes
 
 __all__ = [
+    "ALWAYS_KEEP",
     "CaptureAnswer",
     "CaptureBudget",
     "CaptureCosts",
+    "check_keep",
     "choose_capture_sizes",
     "default_capture_sizes",
     "graphs_per_size",
     "kv_bytes_per_token",
+    "parse_keep",
     "step_distribution",
 ]
 
@@ -123,12 +133,19 @@ def step_distribution(steps: StepSizes, limit: int) -> Distribution:
     return Distribution(weight=weight, above=float(above), observed=observed)
 
 
+ALWAYS_KEEP = (1, 2, 4, 8)  # small graphs cost little; a list without them taxes every quiet hour
+
+
 class CaptureBudget(BaseModel):
-    """Limits on what the capture may cost; ``None`` is no limit. ``max_graphs`` counts capture sizes."""
+    """Limits on what the capture may cost; ``None`` is no limit. ``max_sizes`` counts capture sizes, kept
+    ones included. ``always_keep``: sizes every list holds up to its largest (``None``: :data:`ALWAYS_KEEP`)."""
 
     max_sizes: int | None = Field(None, ge=1)
     max_capture_s: float | None = Field(None, gt=0)
     max_graph_gib: float | None = Field(None, gt=0)
+    always_keep: list[Annotated[int, Field(strict=True, ge=1, le=65536)]] | None = Field(
+        None, max_length=128, description="capture sizes kept whatever the window saw, up to the largest chosen "
+        "(default 1, 2, 4, 8; [] for none), so that small batches replay a graph whatever the load")
 
 
 class CaptureCosts(BaseModel):
@@ -283,21 +300,23 @@ MAX_SIZES = 128  # more sizes than vLLM's default list ever has (51 up to 512, 6
 MAX_LIMIT = 65536  # no capture size above this is considered (vLLM's token budget is usually 2048-16384)
 
 
-def _candidates(dist: Distribution, top: int) -> list[int]:
+def _candidates(dist: Distribution, top: int, keep: Sequence[int] = ()) -> list[int]:
     # Multiples of 8, thinned to multiples of 8·k when a large top would give too many.
     step = 8 * max(1, math.ceil(top / 8 / MAX_CANDIDATES))
     observed = dist.observed
     if len(observed) > MAX_CANDIDATES // 2:  # keep the most frequent batch sizes
         observed = tuple(sorted(sorted(observed, key=lambda n: -dist.weight[n])[: MAX_CANDIDATES // 2]))
-    pool = {1, 2, 4, *range(step, top + 1, step), *observed, top}
+    pool = {1, 2, 4, *range(step, top + 1, step), *observed, *keep, top}
     return sorted(c for c in pool if 1 <= c <= top)
 
 
-def _best_lists(dist: Distribution, cands: list[int], k_max: int) -> list[tuple[float, list[int]]]:
-    """For K = 1..k_max: least expected padded tokens (summed over steps) and the sizes, top fixed at cands[-1].
+def _best_lists(dist: Distribution, cands: list[int], k_max: int,
+                must: Collection[int] = ()) -> list[tuple[float, list[int]]]:
+    """For K = 1..k_max: least expected padded tokens (summed over steps) and the sizes, top fixed at cands[-1],
+    every size of ``must`` (all candidates) in the list; ascending K, the K no list can have left out.
 
     ``cost(i, j)`` pads the steps in ``(cands[i], cands[j]]`` up to ``cands[j]``; prefix sums make it O(1),
-    so each K is one vectorised pass over (i, j).
+    so each K is one vectorised pass over (i, j). A size of ``must`` is a breakpoint no segment may step over.
     """
     w = dist.weight
     cw = np.concatenate([[0.0], np.cumsum(w)])  # cw[t + 1]: weight of steps of at most t tokens
@@ -315,9 +334,14 @@ def _best_lists(dist: Distribution, cands: list[int], k_max: int) -> list[tuple[
     iu = np.triu_indices(n, 1)
     seg[iu] = c[iu[1]] * (W[iu[1]] - W[iu[0]]) - (T[iu[1]] - T[iu[0]])
     seg[n, :] = c * W - T
+    if must:
+        forced = np.concatenate([[0], np.cumsum(np.isin(c, list(must)))])  # forced[j]: must-sizes below c[j]
+        skip = forced[iu[1]] > forced[iu[0] + 1]  # a must-size strictly inside (c[i], c[j])
+        seg[iu[0][skip], iu[1][skip]] = np.inf
+        seg[n, forced[:n] > 0] = np.inf
     best = seg[n, :].copy()  # K = 1: only c[j]
     back: list[np.ndarray] = [np.full(n, n)]
-    out = [(float(best[-1]), [int(c[-1])])]
+    out = [(float(best[-1]), [int(c[-1])])] if np.isfinite(best[-1]) else []
     for _k in range(2, min(k_max, n) + 1):
         total = best[:, None] + seg[:n, :]
         arg = np.argmin(total, axis=0)
@@ -329,7 +353,8 @@ def _best_lists(dist: Distribution, cands: list[int], k_max: int) -> list[tuple[
             j = int(step[j])
             if j == n:
                 break
-        out.append((float(best[-1]), sorted(sizes)))
+        if np.isfinite(best[-1]):
+            out.append((float(best[-1]), sorted(sizes)))
     return out
 
 
@@ -345,15 +370,23 @@ def choose_capture_sizes(
     kv_bytes_per_token: float | None = None,
     coverage: float = 1.0,
     padding_tolerance: float = 1.0,
+    always_keep: Sequence[int] | None = None,
 ) -> CaptureAnswer:
     """The capture sizes for ``steps`` (see the module docstring), compared with vLLM's default list.
 
     ``limit`` is the largest size vLLM may capture (default ``max_num_batched_tokens``, else 8192, vLLM's
     usual chunked-prefill budget). An empty or missing distribution keeps vLLM's default list and says so.
+    ``always_keep`` (default ``budget.always_keep``, else :data:`ALWAYS_KEEP`; ``()`` for none) are sizes
+    in every answer up to its largest size, whatever the window saw.
     """
     if not 0 < coverage <= 1:
         raise ValueError(f"coverage must be in (0, 1], got {coverage}")
     budget = budget or CaptureBudget()
+    if always_keep is not None and budget.always_keep is not None and set(always_keep) != set(budget.always_keep):
+        raise ValueError(f"always_keep {list(always_keep)} disagrees with the budget's {budget.always_keep}: "
+                         "give one")
+    kept = check_keep(always_keep if always_keep is not None
+                      else budget.always_keep if budget.always_keep is not None else ALWAYS_KEEP)
     default = default_capture_sizes(max_num_seqs, max_num_batched_tokens)
     cap = limit if limit is not None else (max_num_batched_tokens or 8192)
     if cap < 1:
@@ -383,33 +416,31 @@ def choose_capture_sizes(
     # batches: the top size is that edge, so every step the histogram allows replays a graph.
     assert steps is not None
     top = min(next((math.floor(e) for e in steps.le if e >= top), top), cap)
-    cands = _candidates(dist, top)
-    k_max = min(budget.max_sizes or len(default), len(cands), MAX_SIZES)
-    best: tuple[float, list[int]] | None = None
-    lists = _best_lists(dist, cands, k_max)
-    allowed = [(p, s) for p, s in lists if _within(s, budget, costs, mode)]
     if (budget.max_capture_s is not None or budget.max_graph_gib is not None) and (costs is None
                                                                                    or not costs.n_starts):
         notes.append("no measured engine start to predict capture seconds or graph GiB: that budget is not checked")
-    if not allowed:
-        # Even [top] alone is over budget: the largest top whose single graph fits, then the best lists under it.
-        fits = [t for t in cands[:-1] if _within([t], budget, costs, mode)]
-        if fits:
-            notes.append(f"no list reaching {top} fits the budget: the largest size is lowered to {fits[-1]}, "
-                         "larger steps run without a graph")
-            sub = _best_lists(dist, [c for c in cands if c <= fits[-1]], k_max)
-            allowed = [(p, s) for p, s in sub if _within(s, budget, costs, mode)]
-    if not allowed:
-        notes.append("even one graph exceeds the budget: vLLM's default list is kept")
+    pick = functools.partial(_select, dist, budget=budget, costs=costs, mode=mode, default=default,
+                             tolerance=padding_tolerance, graphable=graphable)
+    sizes, picked_notes = pick(_candidates(dist, top, kept), kept)
+    notes += picked_notes
+    if sizes is None:
         return _answer(mode, default, default, dist, d_stats, d_stats, costs, kv_bytes_per_token, steps, basis,
                        notes)
-    floor = min(p for p, _ in allowed)
-    for p, s in allowed:  # ascending K: the fewest sizes within tolerance of the least padding
-        if (p - floor) / graphable <= padding_tolerance:
-            best = (p, s)
-            break
-    assert best is not None
-    sizes = best[1]
+    chosen = list_stats(sizes, dist, costs, mode)
+    if any(k in sizes for k in kept):
+        # Against what this window alone would choose: a kept size it would have chosen anyway needs no word.
+        alone, _ = pick(_candidates(dist, top), ())
+        extra = [k for k in kept if k in sizes and (alone is None or k not in alone)]
+        if extra and alone is not None:
+            pad = next(s for s in alone if s >= extra[0])
+            cost = ""
+            if costs is not None and costs.n_starts:
+                a_s, a_g = costs.predict(alone, mode)
+                c_s, c_g = costs.predict(sizes, mode)
+                cost = f"; predicted {c_s - a_s:+.2f} s capture, {c_g - a_g:+.3f} GiB graphs against that list"
+            notes.append(f"kept {', '.join(map(str, extra))} so that small batches replay a graph whatever the "
+                         f"load (this window alone chose {len(alone)} sizes from {alone[0]}: a step of {extra[0]} "
+                         f"token{'s' if extra[0] > 1 else ''} would pad to {pad}{cost})")
     beyond = dist.above - prefill_moved
     if beyond > 1e-9:
         share = beyond / dist.total
@@ -418,8 +449,70 @@ def choose_capture_sizes(
     if sizes[-1] > default[-1]:
         notes.append(f"the largest size {sizes[-1]} is above the default's {default[-1]}: steps the default "
                      "runs without a graph get one")
-    return _answer(mode, sizes, default, dist, list_stats(sizes, dist, costs, mode), d_stats, costs, kv_bytes_per_token,
-                   steps, basis, notes)
+    return _answer(mode, sizes, default, dist, chosen, d_stats, costs, kv_bytes_per_token, steps, basis, notes)
+
+
+def check_keep(keep: Iterable[Any]) -> tuple[int, ...]:
+    """``keep`` as sorted distinct sizes; anything but positive integers is a ValueError."""
+    if isinstance(keep, (str, bytes)) or not isinstance(keep, Iterable):
+        raise ValueError(f"sizes to always keep must be a list of positive integers, got {keep!r}")
+    out: set[int] = set()
+    for k in keep:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_LIMIT:
+            raise ValueError(f"a size to always keep must be an integer in 1..{MAX_LIMIT}, got {k!r}")
+        out.add(int(k))
+    return tuple(sorted(out))
+
+
+def parse_keep(text: str) -> tuple[int, ...]:
+    """``"1,2,4,8"`` or ``"none"`` (also ``""``) as sizes to always keep, for command lines."""
+    if text.strip().lower() in ("", "none"):
+        return ()
+    try:
+        return check_keep(int(part) for part in text.split(","))
+    except ValueError:
+        why = f"sizes to always keep must be comma-separated integers in 1..{MAX_LIMIT} or 'none', got {text!r}"
+    raise ValueError(why)
+
+
+def _select(dist: Distribution, cands: list[int], kept: Sequence[int], *, budget: CaptureBudget,
+            costs: CaptureCosts | None, mode: str, default: list[int],
+            tolerance: float, graphable: float) -> tuple[list[int] | None, list[str]]:
+    """The fewest sizes within ``tolerance`` padded tokens per step of the least padding any list in the
+    budget has, each list holding the kept sizes up to its top; ``None`` when not even one graph fits."""
+    notes: list[str] = []
+    k_max = min(budget.max_sizes or len(default), len(cands), MAX_SIZES)
+    allowed, dropped = _fitting(dist, cands, kept, k_max, budget, costs, mode)
+    if not allowed:
+        # Even [top] alone is over budget: the largest top whose single graph fits, then the best lists under it.
+        fits = [t for t in cands[:-1] if _within([t], budget, costs, mode)]
+        if fits:
+            notes.append(f"no list reaching {cands[-1]} fits the budget: the largest size is lowered to "
+                         f"{fits[-1]}, larger steps run without a graph")
+            allowed, dropped = _fitting(dist, [c for c in cands if c <= fits[-1]], kept, k_max, budget, costs, mode)
+    if not allowed:
+        notes.append("even one graph exceeds the budget: vLLM's default list is kept")
+        return None, notes
+    if dropped:
+        notes.append(f"the budget cannot hold every size to always keep with the largest size "
+                     f"{allowed[0][1][-1]}: {', '.join(map(str, dropped))} dropped (the largest go first)")
+    floor = min(p for p, _ in allowed)
+    # ascending K: the fewest sizes within tolerance of the least padding
+    return next(s for p, s in allowed if (p - floor) / graphable <= tolerance), notes
+
+
+def _fitting(dist: Distribution, cands: list[int], kept: Sequence[int], k_max: int, budget: CaptureBudget,
+             costs: CaptureCosts | None, mode: str) -> tuple[list[tuple[float, list[int]]], list[int]]:
+    """The DP's lists within the budget that hold the top and as many kept sizes as fit, dropping kept sizes
+    from the largest down (a one-token step, the likeliest at low load, is the last to lose its graph)."""
+    must = [k for k in kept if k < cands[-1]]
+    dropped = must[max(k_max - 1, 0):]  # k_max sizes at most, the top among them
+    must = must[:max(k_max - 1, 0)]
+    while True:
+        allowed = [(p, s) for p, s in _best_lists(dist, cands, k_max, must) if _within(s, budget, costs, mode)]
+        if allowed or not must:
+            return allowed, dropped
+        dropped.insert(0, must.pop())
 
 
 def _decode_only(steps: StepSizes) -> StepSizes:
