@@ -8,7 +8,7 @@ the default, and the ``--compilation-config`` keys to profile the recommended li
 step sizes were recorded are counted and skipped.
 
     .venv/bin/python bench/capture_sizes.py cap.sqlite [--workload NAME] [--mode FULL_AND_PIECEWISE]
-        [--max-num-seqs 256] [--max-num-batched-tokens 8192] [--keep 1,2,4,8 | none] [--json]
+        [--max-num-seqs 256] [--max-num-batched-tokens 8192] [--keep 1,2,4,8 | none] [--graph-long-prefill] [--json]
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", default=",".join(map(str, ALWAYS_KEEP)),
                     help="sizes kept whatever the window saw, up to the largest chosen (default %(default)s), "
                          "or 'none'")
+    ap.add_argument("--graph-long-prefill", action="store_true",
+                    help="let mixed steps above vLLM's default largest size raise the largest size")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     try:
@@ -67,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             ans = choose_capture_sizes(steps, mode=a.mode, max_num_seqs=a.max_num_seqs,
                                        max_num_batched_tokens=a.max_num_batched_tokens, always_keep=keep,
+                                       graph_long_prefill=a.graph_long_prefill,
                                        costs=costs_from_dataset(path, model_config_hash=chash))
             out.append({"dataset": str(path), "shape": label, "workload": workload,
                         "cells": cells[(label, chash, workload)], "answer": ans.model_dump(mode="json"),

@@ -223,9 +223,10 @@ def test_a_high_load_window_keeps_small_sizes() -> None:
     running = {n: 5 for n in range(63, 102)}
     steps = steps_of({n: 50.0 for n in running} | {1500: 30.0}, running=running)
     costs = h200_costs("llama8b")
-    alone = choose_capture_sizes(steps, costs=costs, always_keep=())
+    # (graph_long_prefill: the 1500-token mixed steps keep the top at 2048, as the measured list had it)
+    alone = choose_capture_sizes(steps, costs=costs, always_keep=(), graph_long_prefill=True)
     assert min(alone.sizes) >= 63 and not any(n.startswith("kept") for n in alone.notes)
-    ans = choose_capture_sizes(steps, costs=costs)  # the default keeps 1, 2, 4, 8
+    ans = choose_capture_sizes(steps, costs=costs, graph_long_prefill=True)  # the default keeps 1, 2, 4, 8
     assert ans.sizes[:4] == [1, 2, 4, 8] and min(ans.sizes[4:]) >= 63 and ans.max_capture_size == 2048
     assert ans.chosen.graphed_share == alone.chosen.graphed_share == 1.0  # kept sizes take no step of the window
     assert any(n.startswith("kept 1, 2, 4, 8 so that small batches replay a graph") and "would pad to 64" in n
@@ -293,3 +294,26 @@ def test_bad_sizes_to_keep_are_refused() -> None:
     for text in ("1,x", "0", "1,,2", "-4"):
         with pytest.raises(ValueError, match="comma-separated"):
             parse_keep(text)
+
+
+def test_long_mixed_steps_do_not_raise_the_top_above_the_defaults() -> None:
+    # H200, 8B, 32 req/s: prefill chunks made steps of up to 2048 tokens with at most ~101 sequences running.
+    # A list up to 2048 took 0.87 GiB of graphs against the default's 0.45 with no gain shown: by default the
+    # top stays at the default's 512 and those steps run without a graph, as under vLLM's list.
+    running = {n: 5 for n in range(63, 102)}
+    steps = steps_of({n: 50.0 for n in running} | {300: 20.0, 1500: 30.0}, running=running)
+    costs = h200_costs("llama8b")
+    ans = choose_capture_sizes(steps, costs=costs)
+    assert ans.max_capture_size == 512 and 300 <= max(s for s in ans.sizes if s < 512) < 512
+    assert ans.chosen.graphed_share == pytest.approx(ans.default.graphed_share)  # the default's 512 too
+    assert ans.chosen.graphed_share == pytest.approx(1 - 30 / (50 * 39 + 50))
+    assert any(n.startswith("steps of 513-2048 tokens carry prefill") for n in ans.notes)
+    wide = choose_capture_sizes(steps, costs=costs, graph_long_prefill=True)
+    assert wide.max_capture_size == 2048 and wide.chosen.graphed_share == 1.0
+    assert wide.chosen.graph_gib is not None and ans.chosen.graph_gib is not None
+    assert wide.chosen.graph_gib > ans.chosen.graph_gib
+    # Decode steps above 512 (1024 sequences allowed, ~700 running) still raise the top: to the bucket's edge.
+    long = {n: 3 for n in range(690, 740)}
+    decode = choose_capture_sizes(steps_of({n: 10.0 for n in long} | {3000: 5.0}, running=long), max_num_seqs=1024)
+    assert decode.max_capture_size == 1024 and decode.default_sizes[-1] == 512
+    assert any("carry prefill" in n for n in decode.notes) and any("above the default's 512" in n for n in decode.notes)
