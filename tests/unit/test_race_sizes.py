@@ -141,3 +141,16 @@ def test_cli_sizes_arm_dry_run_and_errors(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "drop it" in bad.output and "Traceback" not in bad.output
     clash = CliRunner().invoke(app, [*base, "--sizes-arm", "NONE=1", "--", "--model", str(TINY_LLAMA)])
     assert clash.exit_code == 2 and "is a mode" in clash.output
+
+
+def test_an_engine_started_with_its_own_list_is_a_sizes_row() -> None:
+    # The capture chain's lone starts of recommended lists (H200, 2026-12-02): vLLM's log lists the sizes among
+    # its non-default args; such rows measured a list, so training and verdicts leave them out.
+    own = {"non_default_args": json.dumps({"compilation_config": {"cudagraph_mode": "FULL_AND_PIECEWISE",
+                                                                  "cudagraph_capture_sizes": [1, 3, 4, 6, 256]}})}
+    assert is_sizes_row(own)
+    assert is_sizes_row({"non_default_args": {"compilation_config": '{"cudagraph_capture_sizes": [8]}'}})
+    default = {"non_default_args": json.dumps({"compilation_config": {"cudagraph_mode": "FULL",
+                                                                      "cudagraph_capture_sizes": None}})}
+    assert not is_sizes_row(default) and not is_sizes_row({"non_default_args": "not json"})
+    assert not is_sizes_row({"non_default_args": None}) and not is_sizes_row({})

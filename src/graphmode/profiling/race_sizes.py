@@ -24,6 +24,7 @@ Rows
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -121,5 +122,21 @@ def sizes_arm_args(vllm_args: list[str], arm: SizesArm) -> list[str]:
 
 
 def is_sizes_row(row: Mapping[str, Any]) -> bool:
-    """A row of a capture-size arm (its ``race_capture_sizes`` is set): it measured a list, not a mode."""
-    return bool(row.get("race_capture_sizes"))
+    """A row that measured a capture list, not a mode: a capture-size arm of a race (``race_capture_sizes``), or
+    an engine started with its own ``cudagraph_capture_sizes`` (vLLM's non-default args in its log say so; the
+    capture chain's lone starts of recommended lists are such rows)."""
+    if row.get("race_capture_sizes"):
+        return True
+    args = row.get("non_default_args")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return False
+    cc = args.get("compilation_config") if isinstance(args, Mapping) else None
+    if isinstance(cc, str):
+        try:
+            cc = json.loads(cc)
+        except ValueError:
+            return "cudagraph_capture_sizes" in cc
+    return isinstance(cc, Mapping) and bool(cc.get("cudagraph_capture_sizes"))
