@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
             elif model_dir is not None and not no_model:
                 from graphmode.selector.card import ModelCard
 
-                paths, note = [s.resolve(model_dir) for s in ModelCard.load(model_dir).dataset.sources], None
+                paths, note = [s.resolve(model_dir) for s in ModelCard.load(model_dir).dataset.cost_sources()], None
             else:
                 paths, note = default_datasets(root)
             res = build_report(paths, out, model_dir=model_dir, models_dir=root, use_model=not no_model,

@@ -171,6 +171,11 @@ def register(app: typer.Typer) -> None:
         profile_key: Annotated[
             str | None, typer.Option("--profile-key", help="Train on rows of this profile key only.")
         ] = None,
+        capture_dataset: Annotated[
+            list[Path] | None,
+            typer.Option("--capture-dataset", help="Dataset read only for capture costs (lone engine starts of "
+                         "several capture lists, bench/gpu/capture_chain.sh), not trained on. Repeatable."),
+        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the model card as JSON.")] = False,
     ) -> None:
         """Fit per-mode regressors; print and save leave-one-workload-out CV and the decision table."""
@@ -190,6 +195,7 @@ def register(app: typer.Typer) -> None:
                 fingerprint_key=fingerprint,
                 profile_key=profile_key,
                 progress=lambda m: console.print(m, highlight=False),
+                capture_datasets=capture_dataset or (),
             )
             _print_result(res, as_json)
 

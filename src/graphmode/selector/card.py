@@ -89,6 +89,11 @@ class DatasetSource(_Card):
 
 class DatasetInfo(_Card):
     sources: list[DatasetSource] = Field(description="the dataset files trained on, merged in this order")
+    capture_sources: list[DatasetSource] = Field(
+        default_factory=list,
+        description="datasets read only for capture costs (lone engine starts of several capture lists, the "
+                    "capture chain's), not trained on",
+    )
     rows_sha256: str = Field(
         description="sha256 of the ok rows used, in id order (see aggregate.rows_sha256)"
     )
@@ -100,6 +105,10 @@ class DatasetInfo(_Card):
     repeats_min: int
     repeats_max: int
     synthetic: bool = False
+
+    def cost_sources(self) -> list[DatasetSource]:
+        """Every dataset whose engine starts feed the capture cost model: the training data, then the rest."""
+        return [*self.sources, *self.capture_sources]
 
 
 class MetricInfo(_Card):

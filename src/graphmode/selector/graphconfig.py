@@ -64,7 +64,7 @@ def complete(rec: Recommendation, *, step_sizes: StepSizes | None = None, vllm_a
             try:
                 from graphmode.selector.card import ModelCard
 
-                paths = [src.resolve(model_folder) for src in ModelCard.load(model_folder).dataset.sources]
+                paths = [src.resolve(model_folder) for src in ModelCard.load(model_folder).dataset.cost_sources()]
                 costs = costs_from_dataset(*paths, model_config_hash=shape.get("model_config_hash"),
                                            num_params_b=shape.get("num_params_b"))
             except (DatasetError, ModelError, OSError) as exc:

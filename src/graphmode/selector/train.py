@@ -96,15 +96,20 @@ def train(
     eval_metrics: Sequence[str] = DEFAULT_EVAL_METRICS,
     random_state: int = 0,
     progress: Progress | None = None,
+    capture_datasets: Sequence[Path | str] = (),
 ) -> TrainResult:
     """Train a model on ``dataset`` (one file or several, merged) and save it to ``out_dir``
-    (default: ``models_dir/<derived id>``)."""
+    (default: ``models_dir/<derived id>``). ``capture_datasets`` are named in the card for capture costs
+    only (see :func:`check_capture_dataset`), never trained on."""
     say = progress or (lambda _m: None)
     paths = [Path(dataset)] if isinstance(dataset, str | Path) else [Path(d) for d in dataset]
     if not paths:
         raise DatasetError("no dataset given")
     if len({p.resolve() for p in paths}) != len(paths):
         raise DatasetError("the same dataset is given twice: its rows would count double")
+    captures = [Path(c) for c in capture_datasets]
+    if {c.resolve() for c in captures} & {p.resolve() for p in paths}:
+        raise DatasetError("a dataset is given both to train on and for capture costs: give it once")
     rows, total = load_rows(paths)
     ts = build_training_set(
         rows, fingerprint_key=fingerprint_key, profile_key=profile_key, n_rows_total=total
@@ -139,6 +144,9 @@ def train(
             f"only {len(ts.modes)} mode(s) in the data ({', '.join(ts.modes)}): no real choice to make"
         )
 
+    fp0 = ts.fingerprints[0]
+    for c in captures:
+        say(check_capture_dataset(c, gpu_name=fp0.gpu_name, vllm_version=fp0.vllm_version))
     model_id = derive_model_id(ts)
     if out_dir is None:
         root = Path(models_dir) if models_dir is not None else _default_models_dir()
@@ -160,6 +168,7 @@ def train(
         evaluated,
         model_id=model_id,
         sources=[dataset_source(p, out) for p in paths],
+        capture_sources=[dataset_source(c, out) for c in captures],
         checks=checks,
         notes=notes,
         artifact=info,
@@ -184,6 +193,30 @@ def _default_models_dir() -> Path:
     from graphmode.core.settings import load_settings
 
     return load_settings().selector.models_dir
+
+
+def check_capture_dataset(path: Path, *, gpu_name: str | None, vllm_version: str | None) -> str:
+    """Why *path* cannot give this model capture costs (a DatasetError), else what it adds.
+
+    Its lone engine starts (not race starts: side by side, vLLM's graph GiB is the device's) must be of the
+    model's GPU and vLLM release, since both move capture time and graph memory."""
+    from graphmode.selector.capture import costs_from_dataset
+
+    rows: list[dict[str, object]] = []
+    with ProfileStore(path, readonly=True) as store:
+        rows = [r for r in store.rows(status="ok") if not r.get("race_id")]
+    starts = {(r.get("run_id"), r.get("mode"), r.get("repeat"), r.get("startup_s")) for r in rows
+              if r.get("capture_s") is not None}
+    if not starts:
+        raise DatasetError(f"capture dataset {path}: no engine start outside a race with a capture time: "
+                           "nothing to fit capture costs on")
+    for field, want in (("fp_gpu_name", gpu_name), ("fp_vllm_version", vllm_version)):
+        seen = sorted({str(r.get(field)) for r in rows if r.get(field) is not None})
+        if want is not None and any(v != want for v in seen):
+            raise DatasetError(f"capture dataset {path}: {field.removeprefix('fp_')} {', '.join(seen)}, the model's "
+                               f"is {want}: capture costs do not carry across")
+    costs = costs_from_dataset(path)
+    return f"capture costs from {path.name}: {len(starts)} engine starts; {costs.basis}"
 
 
 def dataset_source(path: Path, folder: Path) -> DatasetSource:
@@ -256,6 +289,7 @@ def build_card(
     checks: list[DescribeCheck],
     notes: list[str],
     artifact: object,
+    capture_sources: list[DatasetSource] | None = None,
 ) -> ModelCard:
     from graphmode.selector.card import ArtifactInfo
 
@@ -290,6 +324,7 @@ def build_card(
         shapes=[ts.shapes[k] for k in ts.shape_keys],
         dataset=DatasetInfo(
             sources=sources,
+            capture_sources=capture_sources or [],
             rows_sha256=ts.data_sha256,
             rows_used=ts.n_rows,
             rows_total=ts.n_rows_total,
