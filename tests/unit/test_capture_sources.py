@@ -38,6 +38,15 @@ def test_a_capture_dataset_is_named_in_the_card_and_feeds_the_cost_model(tmp_pat
     low = costs.predict([1, 2, 3, 4, 8, 256, 384, 512], "FULL_AND_PIECEWISE")
     default = costs.predict(empty.default_sizes, "FULL_AND_PIECEWISE")
     assert 0 < low[1] < default[1] and low[0] < default[0]
+    # The report over every dataset the card names does not ask to retrain on rows never meant for training.
+    from graphmode.report.build import build_report
+
+    rep = build_report(paths, tmp_path / "r.html", model_dir=res.out_dir, grid_points=2)
+    assert not any("retrain to include" in n for n in rep.notes)
+    extra = tmp_path / "more.sqlite"
+    shutil.copy(race, extra)  # rows the model could train on and did not: the note stays
+    rep = build_report([*paths, extra], tmp_path / "r2.html", model_dir=res.out_dir, grid_points=2)
+    assert any("retrain to include" in n for n in rep.notes)
 
 
 def test_a_capture_dataset_must_match_the_model_and_hold_lone_starts(tmp_path: Path) -> None:

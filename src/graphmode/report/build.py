@@ -77,9 +77,16 @@ def build_report(
                 notes.append(f"model {c.model_id} was trained on {c.gpu_name}, vLLM {c.vllm_version}; "
                              "the datasets come from "
                              + "; ".join(f"{g}, vLLM {v}" for g, v in sorted(hosts, key=str)))
-            if c.dataset.rows_sha256 and c.dataset.rows_used != data.n_ok:
+            # What training would take from these datasets: not the card's capture-cost datasets, not the rows
+            # of capture-size arms (they measured a list, not a mode).
+            from graphmode.selector.train import load_rows
+
+            capture = {(folder / s.path).resolve() for s in c.dataset.capture_sources}
+            trainable = [Path(p) for p in datasets if Path(p).resolve() not in capture]
+            n_trainable = len(load_rows(trainable)[0]) if trainable else 0
+            if c.dataset.rows_sha256 and c.dataset.rows_used != n_trainable:
                 notes.append(f"model {c.model_id} was trained on {c.dataset.rows_used} ok rows; the datasets "
-                             f"here hold {data.n_ok}: retrain to include them")
+                             f"here hold {n_trainable} it could train on: retrain to include them")
     else:
         notes.append("model skipped (--no-model): no decision map, no CV table")
 
