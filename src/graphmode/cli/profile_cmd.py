@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from graphmode.cli.common import EXIT_PARTIAL, handle_errors, parse_modes, vllm_invocation
+from graphmode.selector.frontend import FRONTEND_SATURATED_CORES
 
 if TYPE_CHECKING:  # the profiler's modules load when `graphmode profile` runs, not for --help
     from rich.progress import Progress, TaskID
@@ -53,6 +54,8 @@ class RichReporter:
             if adaptive and lat.duration_s is not None:
                 ci = f"±{lat.itl_p50_ci * 100:.1f}%" if lat.itl_p50_ci is not None else "±?"
                 msg += f", {lat.warmup_used_s or 0:.1f}+{lat.duration_s:.1f} s ({lat.stopped_by}, ITL {ci})"
+            if (cores := record.features.frontend_cpu_cores) is not None and cores >= FRONTEND_SATURATED_CORES:
+                msg += f", [yellow]API server at {cores:.2f} CPU cores: host-bound[/]"
         else:
             first = (record.reason or "").splitlines()[0] if record.reason else ""
             msg = f"  [red]FAILED[/] {record.mode} {record.workload}#{record.repeat}: {first}"

@@ -25,7 +25,7 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -46,6 +46,7 @@ from graphmode.core.records import ObservedFeatures
 from graphmode.profiling.engine import VllmServer
 from graphmode.profiling.features import FeatureWindow
 from graphmode.profiling.metrics import scrape_sync
+from graphmode.selector.frontend import frontend_note
 from graphmode.vllm_args import with_mode
 
 log = logging.getLogger("graphmode.watch")
@@ -302,7 +303,8 @@ class Controller:
                                                else feats.completion_rate)
             d = self.policy.evaluate(self.state.policy, current, advice, startup_s=self.state.startup_s,
                                      rate=rate)
-            self.record(d)
+            note = frontend_note(feats.frontend_cpu_cores) if feats is not None else None
+            self.record(d, [note] if note else [])
             if d.switch and d.target is not None:
                 if self.dry_run:
                     log.info("dry-run: would switch %s → %s", current, d.target)
@@ -332,10 +334,13 @@ class Controller:
             if res.ok:
                 self.executor.vllm_args = new_args  # type: ignore[attr-defined]
 
-    def record(self, d: Decision) -> None:
+    def record(self, d: Decision, notes: Sequence[str] = ()) -> None:
+        """Log ``d`` with ``notes``: advice that does not change the decision (a saturated frontend)."""
         self.last_decision = d
         entry = d.as_dict()
         entry["dry_run"] = self.dry_run
+        if notes:
+            entry["notes"] = list(notes)
         self.state.add_decision(entry)
         self.m_decisions.labels(self.deployment_id, d.action).inc()
         for g, key in ((self.m_gain, "gain"), (self.m_benefit, "benefit"), (self.m_cost, "cost"),
@@ -344,6 +349,8 @@ class Controller:
             if isinstance(v, (int, float)):
                 g.labels(self.deployment_id).set(float(v))
         log.info("%s%s", "[dry-run] " if self.dry_run else "", d.line())
+        for n in notes:
+            log.info("note: %s", n)
 
     async def switch(self, mode: CudaGraphMode, vllm_args: list[str] | None = None) -> SwitchResult:
         async with self._lock:
@@ -430,7 +437,10 @@ def remote_advisor(url: str, objective_payload: dict[str, Any], model_id: str | 
     from graphmode.control.policy import advice_from_recommendation
 
     def advise(feats: ObservedFeatures) -> Advice | None:
-        body: dict[str, Any] = {"features": {k: v for k, v in feats.model_dump().items() if v is not None},
+        # frontend_cpu_cores only feeds a note the watch writes itself; a service older than the field would
+        # refuse the whole request over it
+        body: dict[str, Any] = {"features": {k: v for k, v in feats.model_dump().items()
+                                             if v is not None and k != "frontend_cpu_cores"},
                                 "objective": objective_payload}
         if model_id:
             body["model_id"] = model_id

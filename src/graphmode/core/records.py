@@ -41,6 +41,9 @@ class ObservedFeatures(_Flat):
     kv_usage_mean: float | None = None
     kv_usage_max: float | None = None
     preemptions: float | None = None
+    frontend_cpu_cores: float | None = Field(
+        None, description="CPU cores vLLM's API server process used over the window, "
+        "Δprocess_cpu_seconds_total / Δt; 1.0 = one core saturated")
 
 
 class StepSizes(_Flat):

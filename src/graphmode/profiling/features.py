@@ -32,6 +32,9 @@ Window
       distribution, population variance, mean and variance both from the midpoints so the ratio is
       self-consistent. ``None`` when no step fell in the window or the binned mean is 0.
     * ``preemptions = Δnum_preemptions``.
+    * ``frontend_cpu_cores = Δprocess_cpu_seconds_total / window_s``: CPU cores the process serving
+      ``/metrics`` (vLLM's API server) used; 1.0 is one core saturated. ``None`` when either end lacks
+      the counter (multiprocess Prometheus). Advice only: the selector does not read it.
 
 Sample statistics (from the gauge samples in the window; work with a single snapshot)
     Samples are taken at a fixed interval, so plain (not time-weighted) statistics; variances are
@@ -124,6 +127,8 @@ def compute_features(snapshots: Sequence[MetricsSnapshot]) -> ObservedFeatures:
         kv_usage_mean=_mean(kv),
         kv_usage_max=max(kv) if kv else None,
         preemptions=_delta(first.num_preemptions_total, last.num_preemptions_total) if has_deltas else None,
+        frontend_cpu_cores=_rate(_delta(first.process_cpu_seconds_total, last.process_cpu_seconds_total),
+                                 window_s) if has_deltas else None,
     )
 
 
@@ -253,6 +258,7 @@ def _cumulative_pairs(
     yield prev.generation_tokens_total, cur.generation_tokens_total
     yield prev.request_success_total, cur.request_success_total
     yield prev.num_preemptions_total, cur.num_preemptions_total
+    yield prev.process_cpu_seconds_total, cur.process_cpu_seconds_total  # a new API server process starts at 0
     for p, c in (
         (prev.iteration_tokens, cur.iteration_tokens),
         (prev.request_prompt_tokens, cur.request_prompt_tokens),

@@ -17,6 +17,11 @@ prometheus_client's parser strips ``_total`` from a *counter family* name but ke
 puts ``_created`` samples in families of their own, and keeps ``_total`` on histogram families (such as
 ``vllm:iteration_tokens_total``). Everything here therefore looks metrics up by **sample** name, which
 is the same whether or not the text carried ``# TYPE`` lines.
+
+``process_cpu_seconds_total`` is prometheus_client's standard process collector, not a vLLM metric: the
+CPU seconds of the process that served ``/metrics``, which for vLLM is the API server (the frontend that
+tokenizes, detokenizes and streams). Multiprocess Prometheus setups (several API servers) do not
+register that collector, so it is then absent.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ PROMPT_TOKENS = "vllm:prompt_tokens"
 GENERATION_TOKENS = "vllm:generation_tokens"
 REQUEST_SUCCESS = "vllm:request_success"
 NUM_PREEMPTIONS = "vllm:num_preemptions"
+PROCESS_CPU_SECONDS = "process_cpu_seconds"
 
 NUM_REQUESTS_RUNNING = "vllm:num_requests_running"
 NUM_REQUESTS_WAITING = "vllm:num_requests_waiting"
@@ -93,6 +99,7 @@ class MetricsSnapshot:
     request_generation_tokens: Histogram | None = None
     time_to_first_token: Histogram | None = None
     inter_token_latency: Histogram | None = None
+    process_cpu_seconds_total: float | None = None  # CPU seconds of the process serving /metrics
 
 
 def parse_metrics(text: str, t: float) -> MetricsSnapshot:
@@ -116,6 +123,7 @@ def parse_metrics(text: str, t: float) -> MetricsSnapshot:
         request_generation_tokens=_histogram(index, REQUEST_GENERATION_TOKENS),
         time_to_first_token=_histogram(index, TIME_TO_FIRST_TOKEN),
         inter_token_latency=_first(lambda n: _histogram(index, n), INTER_TOKEN_LATENCY_NAMES),
+        process_cpu_seconds_total=_counter(index, PROCESS_CPU_SECONDS),
     )
 
 

@@ -35,6 +35,7 @@ from graphmode.selector.capture import CaptureAnswer
 from graphmode.selector.card import ARTIFACT_FILE, ModelCard
 from graphmode.selector.describe import WorkloadDescription, describe_features
 from graphmode.selector.featurize import ARCH_FIELD, SHAPE_FEATURES, shape_key
+from graphmode.selector.frontend import frontend_note
 from graphmode.selector.model import SelectorModel, _design
 from graphmode.selector.noise import RaceNoise, noise_for
 from graphmode.selector.objective import METRICS, TIE_Z, Objective, make_objective, rank, relative_gain
@@ -457,6 +458,9 @@ class Recommender:
         spread = noise_for(self.card.race_noise, shape_key(self._shape) if self._shape else "", obj.metric)
         if spread is not None and spread.describe():
             notes.append(f"noise on this model shape: {spread.describe()}")
+        frontend = frontend_note(feats.get("frontend_cpu_cores"))  # advice only: the mode stands
+        if frontend:
+            notes.append(frontend)
         if self.card.synthetic:
             warnings.append("this model was trained on SYNTHETIC data: its numbers are not measurements")
 

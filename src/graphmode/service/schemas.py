@@ -47,8 +47,10 @@ from graphmode.selector.registry import FingerprintMatch
 MODEL_ID_PATTERN = r"^[A-Za-z0-9_.\-+]+$"
 MAX_WINDOW_S = 300.0
 MAX_CONSTRAINTS = 16
-# Features that say something about the traffic (window_s / n_samples alone do not).
-TRAFFIC_FEATURES = tuple(n for n in ObservedFeatures.model_fields if n not in ("window_s", "n_samples"))
+# Features that say something about the traffic (window_s / n_samples alone do not, nor the API server's CPU,
+# which only adds a note).
+TRAFFIC_FEATURES = tuple(
+    n for n in ObservedFeatures.model_fields if n not in ("window_s", "n_samples", "frontend_cpu_cores"))
 # Upper bounds of observed features: far above any server's traffic (a billion requests or tokens per
 # second, a billion-token mean), far below where the estimators' arithmetic would overflow (issue 12:
 # 1e154 in one feature answered 500). KV-cache usage is a fraction (older vLLM: a percentage).
