@@ -11,9 +11,10 @@ depends on it, and the selector's models do not read the feature.
 from __future__ import annotations
 
 # The API server is single-threaded Python (its GIL caps it at one core; the extra few % are helper
-# threads). On an H200 at ~900 running sequences it read 1.0 core (the engine core another) while the
-# GPU was 12% busy, and 0.9 leaves room for scrape jitter over a short window without flagging a
-# frontend that still has slack.
+# threads). On an H200 at ~900 running sequences vLLM's two processes (API server and engine core) used
+# 2.01 cores together while the GPU was 12% busy (the split per process was not recorded then; this
+# feature records the API server's). 0.9 leaves room for scrape jitter over a short window without
+# flagging a frontend that still has slack.
 FRONTEND_SATURATED_CORES = 0.9
 
 
