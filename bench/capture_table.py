@@ -13,7 +13,9 @@ with capture-size arms, one line per (workload, sizes arm) with
   the race rows' numbers are shown, marked ``~``;
 * per raced metric the arm / default ratio on that workload's paired rounds, its interval and verdict (the
   race's sequential rule, per-workload confidence Bonferroni-corrected as the race does), and rounds n;
-* the most requests the default saw running in a cell (``obs_batch_max``): the too-short case needs > 512.
+* the most requests the default saw running in a cell (``obs_batch_max``): the too-short case needs > 512;
+  and the default cells' mean GPU utilisation and API server CPU cores (``obs_frontend_cpu_cores``): at ~1
+  core with the GPU far from busy the cell is host-bound (H200, 2026-12-02: ~900 running, GPU 12%).
 
     .venv/bin/python bench/capture_table.py DATASET [...] [--markdown] [--delta 0.03] [--confidence 0.95]
         [--starts 2] [--metrics itl_p50,ttft_p50,tpot_p50]
@@ -67,6 +69,8 @@ class Line:
     chosen: Starts
     decisions: dict[str, Decision]
     batch_max: float | None
+    gpu_util: float | None = None  # the default's cells: mean GPU utilisation %, and
+    frontend_cores: float | None = None  # the CPU cores its API server used (1.0: saturated, host-bound)
 
 
 def _json(raw: Any) -> Any:
@@ -137,15 +141,22 @@ def table_lines(path: Path, rule: SequentialRule, metrics: Sequence[str] = DEFAU
             v = arm_verdicts(table, arm, metrics, rule, workloads)
             chosen = _starts_for(sizes, lone_rows, [r for r in rrows if r.get("race_arm") == arm])
             for w in workloads:
-                seen = [r.get("obs_batch_max") for r in rrows
-                        if r.get("race_arm") == DEFAULT_ARM and r["workload"] == w]
-                peak = max((float(x) for x in seen if isinstance(x, int | float)), default=None)
+                cells = [r for r in rrows if r.get("race_arm") == DEFAULT_ARM and r["workload"] == w]
+                peak = max((float(x) for r in cells if isinstance(x := r.get("obs_batch_max"), int | float)),
+                           default=None)
                 out.append(Line(str(path), shape, race_id, w, arm, sizes, default, chosen,
-                                {m: v.by_workload[(m, w)] for m in metrics}, peak))
+                                {m: v.by_workload[(m, w)] for m in metrics}, peak,
+                                _mean(r.get("gpu_util_pct_mean") for r in cells),
+                                _mean(r.get("obs_frontend_cpu_cores") for r in cells)))
             if len(workloads) > 1:
                 out.append(Line(str(path), shape, race_id, "(pooled)", arm, sizes, default, chosen,
                                 dict(v.pooled), None))
     return out
+
+
+def _mean(values: Iterable[Any]) -> float | None:
+    got = [float(v) for v in values if isinstance(v, int | float)]
+    return sum(got) / len(got) if got else None
 
 
 def _num(v: float | None, fmt: str) -> str:
@@ -167,7 +178,8 @@ def _decision(d: Decision) -> str:
 def render(lines: Sequence[Line], markdown: bool) -> str:
     metrics = list(dict.fromkeys(m for ln in lines for m in ln.decisions))
     head = ["shape", "workload", "arm", "sizes arm / default", "start-up s", "capture s", "graph GiB",
-            "KV cache tokens", *[f"{m} arm/default" for m in metrics], "running max"]
+            "KV cache tokens", *[f"{m} arm/default" for m in metrics], "running max", "GPU util %",
+            "API server cores"]
     body = []
     for ln in lines:
         n_default = len(ln.default.sizes) if ln.default.sizes else None
@@ -179,7 +191,7 @@ def render(lines: Sequence[Line], markdown: bool) -> str:
             _pair(ln.default, ln.chosen, "graph_gib", "{:.2f}"),
             _pair(ln.default, ln.chosen, "kv_cache_tokens", "{:,.0f}"),
             *[_decision(ln.decisions[m]) if m in ln.decisions else "-" for m in metrics],
-            _num(ln.batch_max, "{:.0f}"),
+            _num(ln.batch_max, "{:.0f}"), _num(ln.gpu_util, "{:.0f}"), _num(ln.frontend_cores, "{:.2f}"),
         ])
     if markdown:
         out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
@@ -191,7 +203,9 @@ def render(lines: Sequence[Line], markdown: bool) -> str:
     out.append("")
     out.append("start-up columns: the arm's list / vLLM's default, means over engine starts; lone starts (each "
                "engine alone on the GPU) where the dataset has them, '~' marks numbers from the race's side-by-side "
-               "starts (graph GiB and KV tokens there are not comparable).")
+               "starts (graph GiB and KV tokens there are not comparable). Running max, GPU util % and API server "
+               "cores are the default's cells on that workload: an API server near 1.0 core with the GPU far from "
+               "busy is a host-bound cell, where no capture list can help.")
     return "\n".join(out)
 
 

@@ -15,7 +15,15 @@ from pathlib import Path
 from types import ModuleType
 
 from graphmode.core.dataset import ProfileStore
-from graphmode.core.records import CellRecord, Fingerprint, LatencyStats, ObservedFeatures, RaceInfo, StartupInfo
+from graphmode.core.records import (
+    CellRecord,
+    Fingerprint,
+    LatencyStats,
+    ObservedFeatures,
+    RaceInfo,
+    RunConditions,
+    StartupInfo,
+)
 from graphmode.selector.capture import default_capture_sizes
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -59,7 +67,8 @@ def _row(run: str, arm: str, sizes: list[int] | None, workload: str, rnd: int, i
         startup=_startup(resolved, lone, jitter=(hash(start) % 7) / 10 if start else 0.0),
         fingerprint=Fingerprint(model_architecture="Qwen2ForCausalLM", num_params_b=0.5,
                                 vllm_args=_args(sizes)),
-        features=ObservedFeatures(batch_max=batch), race=race)
+        features=ObservedFeatures(batch_max=batch, frontend_cpu_cores=0.97 if batch > 50 else 0.2),
+        conditions=RunConditions(gpu_util_pct_mean=12.0 if batch > 50 else 30.0), race=race)
 
 
 def write_dataset(path: Path) -> None:
@@ -96,8 +105,10 @@ def test_capture_table_on_a_synthetic_race(tmp_path: Path) -> None:
     # lone starts: graph GiB 0.04 vs 0.51, KV tokens 1,996,800 vs 1,959,200, no '~' mark
     assert "| 0.04 / 0.51 |" in low and "| 1,996,800 / 1,959,200 |" in low and "~" not in low
     assert "| equivalent 0.999× [0.988–1.010] n=9 |" in low, low  # decided at its first crossing
-    assert "worse 1.5" in high and "| 60 |" in high, high
-    assert "| itl_p50 arm/default | ttft_p50 arm/default | tpot_p50 arm/default | running max |" in out
+    assert "worse 1.5" in high and "| 60 | 12 | 0.97 |" in high, high  # the host-bound signature
+    assert "| 3 | 30 | 0.20 |" in low, low
+    assert ("| itl_p50 arm/default | ttft_p50 arm/default | tpot_p50 arm/default | running max | GPU util % | "
+            "API server cores |") in out
     assert mod.main([str(ds), "--metrics", "goodput"]) == 2
 
     # without lone starts the race's overlapped numbers are shown, marked
