@@ -237,6 +237,15 @@ class Recommender:
             )
         return dict(shapes[0]) if shapes else None
 
+    def with_match(self, match: FingerprintMatch) -> Recommender:
+        """This model answering under another fingerprint match (a service choosing per request for a
+        server it scraped); the copy shares the compiled estimators, not the shape copies (they carry
+        this model's match)."""
+        other = copy.copy(self)
+        other.match = match
+        other._by_shape = {}
+        return other
+
     def for_shape(self, shape: Mapping[str, Any]) -> Recommender:
         """This model answering for another served model (a service that advises several deployments).
 

@@ -229,6 +229,30 @@ def select_model(
     return chosen, m
 
 
+def _server_base(url: str) -> str:
+    base = url.rstrip("/")
+    return base[: -len("/metrics")] if base.endswith("/metrics") else base
+
+
+def server_version(base_url: str, timeout: float = 5.0) -> str | None:
+    """The vLLM version a running server reports on ``/version``, or None when it says none (best effort).
+
+    Only that one page is fetched and nothing else is read: the service calls this for servers its
+    callers name, and must not open local paths such a server chooses (unlike :func:`server_fingerprint`).
+    """
+    import httpx
+
+    try:
+        with httpx.Client(timeout=timeout) as client:
+            r = client.get(_server_base(base_url) + "/version")
+        if r.status_code != 200:
+            return None
+        version = r.json().get("version")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return (version.strip()[:64] or None) if isinstance(version, str) else None
+
+
 def server_fingerprint(base_url: str, timeout: float = 5.0) -> dict[str, Any]:
     """What a running vLLM server says about itself: version and, if its model dir is readable here, shape.
 
@@ -239,9 +263,7 @@ def server_fingerprint(base_url: str, timeout: float = 5.0) -> dict[str, Any]:
     from graphmode.core.fingerprint import model_shape
 
     out: dict[str, Any] = {}
-    base = base_url.rstrip("/")
-    if base.endswith("/metrics"):
-        base = base[: -len("/metrics")]
+    base = _server_base(base_url)
     try:
         with httpx.Client(timeout=timeout) as client:
             r = client.get(base + "/version")

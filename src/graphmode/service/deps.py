@@ -18,7 +18,9 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from graphmode.core.records import Fingerprint
 from graphmode.selector.recommend import Recommender
+from graphmode.selector.registry import match_card
 from graphmode.service.redact import redact_paths
 from graphmode.service.state import LoadedModels, ServiceState
 
@@ -65,6 +67,27 @@ def pick_recommender(models: LoadedModels, model_id: str | None) -> Recommender:
         )
         raise HTTPException(status_code=404, detail=detail)
     return rec
+
+
+def pick_for_server(models: LoadedModels, target: Fingerprint | None, vllm_version: str) -> Recommender:
+    """The loaded model that best fits a scraped server: the service's own ``target`` (its GPU…) with the
+    server's ``vllm_version``, scored and tie-broken as the registry's ``select_model`` does (score, rows
+    used, newest). 503 when no model is loaded.
+
+    The answer carries the match against that target; the loaded recommender is shared by other requests
+    and never changed, so a different match comes as a copy."""
+    default = pick_recommender(models, None)
+    fp = (target or Fingerprint()).model_copy(update={"vllm_version": vllm_version})
+    candidates = {default.model_id: default, **models.by_id}
+    matches = {mid: match_card(rec.card, fp) for mid, rec in candidates.items()}
+
+    def key(mid: str) -> tuple[float, int, str]:
+        card = candidates[mid].card
+        return (matches[mid].score, card.dataset.rows_used, card.created_at)
+
+    best = max(candidates, key=key)
+    rec, match = candidates[best], matches[best]
+    return rec if rec.match == match else rec.with_match(match)
 
 
 async def get_recommender(models: ModelsDep) -> Recommender:

@@ -6,7 +6,9 @@ of CPU): measured faster than a plain ``def`` endpoint, which FastAPI would run 
 that runs in a worker thread, in one of :data:`MAX_CONCURRENT_SCRAPES` slots: when every slot is taken the
 request is answered 429 with ``Retry-After`` at once, never queued. Without the bearer token ``window_s``
 may not exceed ``settings.service.open_max_window_s``, so nobody holds the slots for long unannounced.
-The scrape fetches ``scheme://host:port/metrics`` only and its errors never quote what the server sent.
+The scrape fetches ``scheme://host:port/metrics`` only and its errors never quote what the server sent;
+right before the window it asks the same ``host:port`` for ``/version`` (nothing else), so that a request
+without ``model_id`` is answered by the loaded model of that server's vLLM release (``pick_for_server``).
 The answer is serialized once by pydantic and returned as bytes, never re-validated.
 """
 
@@ -26,7 +28,7 @@ from fastapi import APIRouter, HTTPException, Response
 from graphmode.core.errors import ObjectiveError, ScrapeError
 from graphmode.core.records import ObservedFeatures
 from graphmode.selector.recommend import FeatureSource, Recommender
-from graphmode.service.deps import CredentialsDep, StateDep, pick_recommender, token_valid
+from graphmode.service.deps import CredentialsDep, StateDep, pick_for_server, pick_recommender, token_valid
 from graphmode.service.schemas import TRAFFIC_FEATURES, RecommendRequest, RecommendResponse
 from graphmode.service.state import LoadedModels, ServiceState
 
@@ -55,6 +57,16 @@ def _observe(url: str, window_s: float, interval_s: float) -> ObservedFeatures:
     from graphmode.selector.live import observe_server
 
     return observe_server(url, window_s, interval_s)
+
+
+def _observe_server(
+    url: str, window_s: float, interval_s: float, want_version: bool
+) -> tuple[ObservedFeatures, str | None]:
+    """The server's features and, when asked, its vLLM version (read first, from the URL already allowed)."""
+    from graphmode.selector.registry import server_version
+
+    version = server_version(url) if want_version else None
+    return _observe(url, window_s, interval_s), version
 
 
 def scrape_refusal(url: str, allowed: Sequence[str], ports: Sequence[int] = ()) -> str | None:
@@ -175,20 +187,41 @@ class ScrapeSlots:
     def give(self, slot: int) -> None:
         self.ends.pop(slot, None)
 
-    async def observe(self, url: str, window_s: float, interval_s: float) -> ObservedFeatures:
+    async def observe(
+        self, url: str, window_s: float, interval_s: float, want_version: bool = False
+    ) -> tuple[ObservedFeatures, str | None]:
         if self._threads is None:  # created on the running loop
             self._threads = anyio.CapacityLimiter(self.size)
         slot = self.take(window_s)
         try:
-            return await anyio.to_thread.run_sync(_observe, url, window_s, interval_s, limiter=self._threads)
+            return await anyio.to_thread.run_sync(
+                _observe_server, url, window_s, interval_s, want_version, limiter=self._threads
+            )
         finally:
             self.give(slot)
 
 
+def _picks_by_server(state: ServiceState, body: RecommendRequest) -> bool:
+    """Whether a request's model follows the scraped server's vLLM version: a server_url request naming no
+    model, on a service not pinned to one (as the CLI: an explicit model id wins over any fingerprint)."""
+    return body.server_url is not None and body.model_id is None and not state.model_id
+
+
 def answer(
-    state: ServiceState, models: LoadedModels, body: RecommendRequest, observed: ObservedFeatures | None
+    state: ServiceState,
+    models: LoadedModels,
+    body: RecommendRequest,
+    observed: ObservedFeatures | None,
+    server_vllm: str | None = None,
 ) -> Response:
-    rec = pick_recommender(models, body.model_id)
+    unread: str | None = None
+    if server_vllm is not None and _picks_by_server(state, body):
+        rec = pick_for_server(models, state.target, server_vllm)
+    else:
+        rec = pick_recommender(models, body.model_id)
+        if observed is not None and _picks_by_server(state, body):
+            unread = (f"the server's vLLM version could not be read (GET /version): the default model "
+                      f"{rec.model_id} answered, chosen for this service's own fingerprint")
     shape = body.served_shape()
     if shape is not None:
         rec = rec.for_shape(shape)
@@ -226,6 +259,10 @@ def answer(
                           served_config=body.served_model_config.as_dict() if body.served_model_config else None,
                           budget=body.capture_budget,
                           model_folder=rec.folder, env={})
+    if unread is not None:
+        result.warnings.append(unread)
+    elif server_vllm is not None and _picks_by_server(state, body):
+        result.notes.append(f"model {result.model_id} chosen for the server's vLLM {server_vllm}")
     metrics = state.metrics
     metrics.compute.observe(time.perf_counter() - t0)
     metrics.recommendations.labels(result.mode, result.model_id, result.features_source).inc()
@@ -265,14 +302,16 @@ def build_router(*, threadpool: bool = False) -> APIRouter:
 
         @router.post("/recommend", response_model=RecommendResponse, responses=_RESPONSES, description=_DOC)
         def recommend_threaded(body: RecommendRequest, state: StateDep, credentials: CredentialsDep) -> Response:
-            observed = None
+            observed, version = None, None
             if body.server_url is not None:
                 url = _check_scrape_allowed(state, body, token_valid(state, credentials))
                 try:
-                    observed = _observed_or_error(url, _observe(url, body.window_s, body.interval_s))
+                    observed, version = _observe_server(
+                        url, body.window_s, body.interval_s, _picks_by_server(state, body))
                 except ScrapeError as exc:
                     raise _scrape_failed(url, exc) from None
-            return answer(state, state.models, body, observed)
+                observed = _observed_or_error(url, observed)
+            return answer(state, state.models, body, observed, version)
 
         return router
 
@@ -280,13 +319,15 @@ def build_router(*, threadpool: bool = False) -> APIRouter:
 
     @router.post("/recommend", response_model=RecommendResponse, responses=_RESPONSES, description=_DOC)
     async def recommend(body: RecommendRequest, state: StateDep, credentials: CredentialsDep) -> Response:
-        observed = None
+        observed, version = None, None
         if body.server_url is not None:
             url = _check_scrape_allowed(state, body, token_valid(state, credentials))
             try:
-                observed = _observed_or_error(url, await slots.observe(url, body.window_s, body.interval_s))
+                observed, version = await slots.observe(
+                    url, body.window_s, body.interval_s, _picks_by_server(state, body))
             except ScrapeError as exc:
                 raise _scrape_failed(url, exc) from None
-        return answer(state, state.models, body, observed)
+            observed = _observed_or_error(url, observed)
+        return answer(state, state.models, body, observed, version)
 
     return router
