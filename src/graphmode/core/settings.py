@@ -146,6 +146,11 @@ class ServiceSettings(BaseModel):
     keep_alive_s: float = Field(default=5.0, gt=0, description="idle keep-alive connections close after this")
     max_header_bytes: int = Field(default=16 * 1024, ge=1024, description="Largest request head; larger gets 400.")
     max_connections: int = Field(default=1000, ge=1, description="open connections and requests at once")
+    # `serve --workers N`: each worker polls the models dir's reload stamp and follows another's reload.
+    reload_poll_s: float = Field(
+        default=1.0, ge=0, allow_inf_nan=False,
+        description="seconds between checks for another worker's reload (0: never)",
+    )
 
     @field_validator("scrape_hosts")
     @classmethod

@@ -12,6 +12,8 @@ Endpoints: ``POST /v1/recommend``; ``GET /v1/models``, ``GET /v1/models/{id}``; 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -86,10 +88,19 @@ def create_app(
             from graphmode.selector.registry import target_fingerprint
 
             state.target = await run_in_threadpool(target_fingerprint)
+        await run_in_threadpool(state.mark_stamp_seen)
         await run_in_threadpool(state.reload)  # an explicit model_id that cannot load fails start-up
         if s.service.token is None:
             log.warning("no service token configured: reload, retrain and jobs are disabled (403)")
-        yield
+        poll_s = s.service.reload_poll_s
+        state.reload_poller = asyncio.create_task(_poll_reloads(state, poll_s)) if poll_s > 0 else None
+        try:
+            yield
+        finally:
+            if state.reload_poller is not None:
+                state.reload_poller.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await state.reload_poller
         # The job's vLLM is stopped (its whole process group) before the process exits: uvicorn re-raises
         # SIGTERM once the app has shut down, which would otherwise leave the engine running (issue 12).
         await run_in_threadpool(state.jobs.shutdown)
@@ -132,6 +143,17 @@ def create_app(
     )
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts 413s too
     return app
+
+
+async def _poll_reloads(state: ServiceState, interval_s: float) -> None:
+    """Every ``interval_s``: follow another worker's reload (``ServiceState.poll_once``, in a thread: it
+    reads a file and may load models). Runs until cancelled; an unexpected error is logged, not fatal."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await run_in_threadpool(state.poll_once)
+        except Exception:
+            log.exception("reload poll failed")
 
 
 def safe_text(value: str) -> str:

@@ -176,7 +176,7 @@ def make_work(config: ProfileConfig, req: RetrainRequest, state: ServiceState) -
         if req.reload:
             ctx.phase("reloading", "reloading the service's models")
             try:
-                state.reload()
+                state.reload_all()
                 out.reloaded = True
             except GraphmodeError as exc:
                 out.reload_error = str(exc)

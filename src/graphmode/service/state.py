@@ -4,11 +4,14 @@ reload), the background jobs and the metrics.
 Models are loaded at start-up (the app's lifespan) and by ``POST /v1/reload`` or a finished retrain job;
 never per request. A reload builds a complete new :class:`LoadedModels` off to the side and then replaces
 the reference in one assignment, so a request sees either the old set or the new one, never a mix; a
-failed reload leaves the old set in place.
+failed reload leaves the old set in place. With ``serve --workers N`` a requested reload writes the models
+dir's reload stamp, and every worker's poller (:meth:`ServiceState.poll_once`) reloads when the stamp
+changed (``reload_stamp``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import threading
@@ -27,6 +30,7 @@ from graphmode.selector.recommend import Recommender
 from graphmode.selector.registry import list_models
 from graphmode.service.jobs import JobRegistry
 from graphmode.service.metrics import ServiceMetrics
+from graphmode.service.reload_stamp import NO_STAMP, read_stamp, write_stamp
 
 if TYPE_CHECKING:
     from graphmode.service.schemas import ObjectiveIn
@@ -112,9 +116,15 @@ class ServiceState:
     target: Fingerprint | None = None
     retrain_fn: Callable[..., Any] | None = None
     started_at: float = field(default_factory=time.time)
+    reload_poller: asyncio.Task[None] | None = field(default=None, init=False, repr=False)  # set by the lifespan
     models: LoadedModels = field(init=False)
     _reload_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _objectives: dict[tuple[Any, ...], Objective] = field(default_factory=dict, init=False, repr=False)
+    # The reload stamp this worker last acted on (or wrote); guarded by _stamp_lock, since the poller's
+    # thread and a reload request's thread both move it.
+    _seen_stamp: str = field(default=NO_STAMP, init=False, repr=False)
+    _stamp_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _stamp_error: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.models = LoadedModels.empty(self.models_dir, "not loaded yet")
@@ -145,6 +155,52 @@ class ServiceState:
             else:
                 log.warning("no model loaded from %s: %s", self.models_dir, new.load_error)
             return previous, new
+
+    def reload_all(self) -> tuple[str | None, LoadedModels]:
+        """:meth:`reload`, then a new reload stamp so that the other workers reload too. The stamp is
+        written only after a successful reload; when it cannot be written this worker still has its new
+        models (``write_stamp`` logs why the others do not)."""
+        result = self.reload()
+        with self._stamp_lock:
+            stamp = write_stamp(self.models_dir)
+            if stamp is not None:
+                self._seen_stamp = stamp  # our own stamp: the poller must not reload a second time
+        return result
+
+    def mark_stamp_seen(self) -> None:
+        """Take the current stamp as seen; called at start-up, before the first load, so that a stamp
+        written while the models load is still acted on."""
+        stamp = self._read_stamp()
+        with self._stamp_lock:
+            self._seen_stamp = stamp if stamp is not None else NO_STAMP
+
+    def poll_once(self) -> bool:
+        """One poll: reload when the stamp differs from the last one seen; True when a reload ran. Blocking
+        (a small file read, maybe a reload): called from a worker thread. A failed reload keeps the old
+        models and is logged; the stamp still counts as seen, so a broken registry is not reloaded every
+        poll (the next reload request writes a new stamp)."""
+        stamp = self._read_stamp()
+        with self._stamp_lock:
+            if stamp is None or stamp == self._seen_stamp:
+                return False
+            self._seen_stamp = stamp  # before loading: a stamp written meanwhile triggers the next poll
+        log.info("reload stamp changed: another worker reloaded, reloading here too")
+        try:
+            self.reload()
+        except GraphmodeError as exc:
+            log.error("reload after another worker's reload failed, the previous models stay: %s", exc)
+        return True
+
+    def _read_stamp(self) -> str | None:
+        try:
+            stamp = read_stamp(self.models_dir)
+        except OSError as exc:
+            if str(exc) != self._stamp_error:  # once per distinct error, not every poll
+                log.warning("reload stamp unreadable, reloads of other workers are missed: %s", exc)
+            self._stamp_error = str(exc)
+            return None
+        self._stamp_error = None
+        return stamp
 
     def objective(self, spec: ObjectiveIn, rec: Recommender) -> Objective | None:
         """The objective a request asks for (None: the model's default); built objectives are cached."""

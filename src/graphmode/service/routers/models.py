@@ -71,9 +71,10 @@ async def get_model_card(model_id: ModelIdPath, models: ModelsDep) -> Response:
     },
 )
 async def reload_models(state: StateDep) -> ReloadResponse:
-    """Load the registry again and swap it in atomically (requests in flight finish on the old models)."""
+    """Load the registry again and swap it in atomically (requests in flight finish on the old models);
+    the service's other workers follow within ``reload_poll_s`` seconds."""
     try:
-        previous, new = await run_in_threadpool(state.reload)
+        previous, new = await run_in_threadpool(state.reload_all)
     except GraphmodeError as exc:
         raise HTTPException(status_code=500, detail=f"reload failed, the previous models stay loaded: {exc}") from None
     warnings = []
