@@ -80,4 +80,9 @@ def test_server_version_reads_only_version() -> None:
         assert server_version(url) is None
     with serve_http(lambda req: (200, "not json")) as url:
         assert server_version(url) is None
+    # The answer quotes the version: anything but a version-shaped token is not read at all.
+    with serve_http(lambda req: (200, {"version": "<html>s3cret token</html>"})) as url:
+        assert server_version(url) is None
+    with serve_http(lambda req: (200, {"version": "0.33.0+cu130.dev5"})) as url:
+        assert server_version(url) == "0.33.0+cu130.dev5"
     assert server_version(f"http://127.0.0.1:{free_port()}", timeout=1.0) is None

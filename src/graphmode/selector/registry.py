@@ -234,6 +234,9 @@ def _server_base(url: str) -> str:
     return base[: -len("/metrics")] if base.endswith("/metrics") else base
 
 
+_VERSION = re.compile(r"[0-9][0-9A-Za-z.+_-]{0,63}")
+
+
 def server_version(base_url: str, timeout: float = 5.0) -> str | None:
     """The vLLM version a running server reports on ``/version``, or None when it says none (best effort).
 
@@ -250,7 +253,10 @@ def server_version(base_url: str, timeout: float = 5.0) -> str | None:
         version = r.json().get("version")
     except (httpx.HTTPError, ValueError, AttributeError):
         return None
-    return (version.strip()[:64] or None) if isinstance(version, str) else None
+    # only a version-shaped token: the answer quotes it, and what a server sends is otherwise never quoted
+    if not isinstance(version, str) or not _VERSION.fullmatch(version.strip()):
+        return None
+    return version.strip()
 
 
 def server_fingerprint(base_url: str, timeout: float = 5.0) -> dict[str, Any]:

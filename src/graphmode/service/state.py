@@ -179,8 +179,10 @@ class ServiceState:
         (a small file read, maybe a reload): called from a worker thread. A failed reload keeps the old
         models and is logged; the stamp still counts as seen, so a broken registry is not reloaded every
         poll (the next reload request writes a new stamp)."""
-        stamp = self._read_stamp()
+        # Read under the lock: a read from before this worker's own reload_all wrote its stamp, compared after
+        # it, would look new and reload twice (CI, 2026-12-02).
         with self._stamp_lock:
+            stamp = self._read_stamp()
             if stamp is None or stamp == self._seen_stamp:
                 return False
             self._seen_stamp = stamp  # before loading: a stamp written meanwhile triggers the next poll
