@@ -5,7 +5,10 @@ Reads datasets written by ``bench/gpu/capture_chain.sh`` (or any race with ``--s
 with capture-size arms, one line per (workload, sizes arm) with
 
 * sizes: how many sizes the default list had (as vLLM resolved it) and the arm's list;
-* start-up s, capture s, graph GiB and KV cache tokens of each. Taken from *lone* engine starts when the
+* warm start-up s of each list: the race's starts (side by side, every one warm: the race compiles first),
+  since the chain's lone start of the default is a host's first, cold one (H200, 2026-12-02: 258 s against
+  77-81 s warm for the 0.5B shape) and the lone starts of the lists only partly hit the compile cache;
+* capture s, graph GiB and KV cache tokens of each. Taken from *lone* engine starts when the
   dataset has them (non-race rows of the default mode whose requested sizes match: the chain's profile
   steps, each engine alone on the GPU with ``--gpu-memory-utilization``), since a race starts its engines
   side by side and vLLM's graph memory is a device-wide free-memory difference (it reads the neighbours'
@@ -18,7 +21,7 @@ with capture-size arms, one line per (workload, sizes arm) with
   core with the GPU far from busy the cell is host-bound (H200, 2026-12-02: ~900 running, GPU 12%).
 
     .venv/bin/python bench/capture_table.py DATASET [...] [--markdown] [--delta 0.03] [--confidence 0.95]
-        [--starts 2] [--metrics itl_p50,ttft_p50,tpot_p50]
+        [--starts 2] [--metrics itl_p50,ttft_p50,tpot_p50] [--latest]
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ class Line:
     batch_max: float | None
     gpu_util: float | None = None  # the default's cells: mean GPU utilisation %, and
     frontend_cores: float | None = None  # the CPU cores its API server used (1.0: saturated, host-bound)
+    default_warm: float | None = None  # mean start-up s of the race's (warm) starts: default list, arm's list
+    chosen_warm: float | None = None
 
 
 def _json(raw: Any) -> Any:
@@ -119,7 +124,8 @@ def _starts_for(sizes: list[int] | None, lone_rows: Sequence[Mapping[str, Any]],
     return starts_of([r for r in race_rows if requested_sizes(r) == sizes], lone=False)
 
 
-def table_lines(path: Path, rule: SequentialRule, metrics: Sequence[str] = DEFAULT_METRICS) -> list[Line]:
+def table_lines(path: Path, rule: SequentialRule, metrics: Sequence[str] = DEFAULT_METRICS,
+                latest: bool = False) -> list[Line]:
     with ProfileStore(path, readonly=True) as store:
         rows = store.rows(status="ok")
     lone_rows = [r for r in rows if not r.get("race_id") and r.get("mode") == DEFAULT_MODE.value]
@@ -127,6 +133,9 @@ def table_lines(path: Path, rule: SequentialRule, metrics: Sequence[str] = DEFAU
     for r in rows:
         if r.get("race_id"):
             races[str(r["race_id"])].append(r)
+    if latest and races:
+        newest = max(races, key=lambda k: max(float(r.get("started_at") or 0) for r in races[k]))
+        races = {newest: races[newest]}
     out: list[Line] = []
     for race_id, rrows in sorted(races.items()):
         arms = {str(r["race_arm"]): requested_sizes(r) for r in rrows if r.get("race_capture_sizes")}
@@ -135,11 +144,14 @@ def table_lines(path: Path, rule: SequentialRule, metrics: Sequence[str] = DEFAU
         table = table_from_rows(rrows, metrics)
         workloads = sorted({str(r["workload"]) for r in rrows})
         default = _starts_for(None, lone_rows, [r for r in rrows if r.get("race_arm") == DEFAULT_ARM])
+        default_warm = starts_of([r for r in rrows if r.get("race_arm") == DEFAULT_ARM], lone=False)
         shape = shape_label(rrows[0])
         for arm, sizes in sorted(arms.items()):
             assert sizes is not None
             v = arm_verdicts(table, arm, metrics, rule, workloads)
             chosen = _starts_for(sizes, lone_rows, [r for r in rrows if r.get("race_arm") == arm])
+            warm = (default_warm.values.get("startup_s"),
+                    starts_of([r for r in rrows if r.get("race_arm") == arm], lone=False).values.get("startup_s"))
             for w in workloads:
                 cells = [r for r in rrows if r.get("race_arm") == DEFAULT_ARM and r["workload"] == w]
                 peak = max((float(x) for r in cells if isinstance(x := r.get("obs_batch_max"), int | float)),
@@ -147,10 +159,10 @@ def table_lines(path: Path, rule: SequentialRule, metrics: Sequence[str] = DEFAU
                 out.append(Line(str(path), shape, race_id, w, arm, sizes, default, chosen,
                                 {m: v.by_workload[(m, w)] for m in metrics}, peak,
                                 _mean(r.get("gpu_util_pct_mean") for r in cells),
-                                _mean(r.get("obs_frontend_cpu_cores") for r in cells)))
+                                _mean(r.get("obs_frontend_cpu_cores") for r in cells), *warm))
             if len(workloads) > 1:
                 out.append(Line(str(path), shape, race_id, "(pooled)", arm, sizes, default, chosen,
-                                dict(v.pooled), None))
+                                dict(v.pooled), None, None, None, *warm))
     return out
 
 
@@ -177,7 +189,7 @@ def _decision(d: Decision) -> str:
 
 def render(lines: Sequence[Line], markdown: bool) -> str:
     metrics = list(dict.fromkeys(m for ln in lines for m in ln.decisions))
-    head = ["shape", "workload", "arm", "sizes arm / default", "start-up s", "capture s", "graph GiB",
+    head = ["shape", "workload", "arm", "sizes arm / default", "warm start-up s", "capture s", "graph GiB",
             "KV cache tokens", *[f"{m} arm/default" for m in metrics], "running max", "GPU util %",
             "API server cores"]
     body = []
@@ -187,7 +199,8 @@ def render(lines: Sequence[Line], markdown: bool) -> str:
         body.append([
             ln.shape, ln.workload, ln.arm,
             f"{len(ln.arm_sizes)} (≤{ln.arm_sizes[-1]}) / {_num(n_default, '{:d}')} (≤{_num(top_default, '{:d}')})",
-            _pair(ln.default, ln.chosen, "startup_s", "{:.1f}"), _pair(ln.default, ln.chosen, "capture_s", "{:.2f}"),
+            f"{_num(ln.chosen_warm, '{:.1f}')} / {_num(ln.default_warm, '{:.1f}')}",
+            _pair(ln.default, ln.chosen, "capture_s", "{:.2f}"),
             _pair(ln.default, ln.chosen, "graph_gib", "{:.2f}"),
             _pair(ln.default, ln.chosen, "kv_cache_tokens", "{:,.0f}"),
             *[_decision(ln.decisions[m]) if m in ln.decisions else "-" for m in metrics],
@@ -201,7 +214,8 @@ def render(lines: Sequence[Line], markdown: bool) -> str:
         out = ["  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip()
                for row in [head, *body]]
     out.append("")
-    out.append("start-up columns: the arm's list / vLLM's default, means over engine starts; lone starts (each "
+    out.append("start-up columns: the arm's list / vLLM's default, means over engine starts. Warm start-up: the "
+               "race's starts (side by side, all warm). Capture, graph GiB, KV tokens: lone starts (each "
                "engine alone on the GPU) where the dataset has them, '~' marks numbers from the race's side-by-side "
                "starts (graph GiB and KV tokens there are not comparable). Running max, GPU util % and API server "
                "cores are the default's cells on that workload: an API server near 1.0 core with the GPU far from "
@@ -218,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-rounds", type=int, default=3)
     ap.add_argument("--metrics", default=",".join(DEFAULT_METRICS), help="comma-separated latency metrics")
     ap.add_argument("--starts", type=int, default=2, help="engine starts 'better'/'equivalent' need (the race's)")
+    ap.add_argument("--latest", action="store_true",
+                    help="only each dataset's newest race (a dataset seeded into a later lease keeps the old ones)")
     a = ap.parse_args(argv)
     try:
         rule = SequentialRule(delta=a.delta, confidence=a.confidence, min_rounds=a.min_rounds, min_starts=a.starts)
@@ -235,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_file():
             print(f"no dataset at {path}", file=sys.stderr)
             return 2
-        lines += table_lines(path, rule, metrics)
+        lines += table_lines(path, rule, metrics, latest=a.latest)
     if not lines:
         print("no race with capture-size arms in these datasets", file=sys.stderr)
         return 1

@@ -384,7 +384,7 @@ def run(argv: list[str] | None = None) -> list[str]:
         lines += [f"from {args.dataset} ({args.mode}, {args.metric}):", *(f"  {n}" for n in notes)]
         for k in ("tau", "sigma"):
             if k not in given and k not in est:
-                why = "an A/A (CONTROL) arm" if k == "tau" else "a block with two rounds"
+                why = "A/A (CONTROL) arm" if k == "tau" else "block with two rounds"
                 raise PlanError(f"the dataset has no {why} to estimate {k} from: pass --{k}")
         given = {**est, **given}
     defaults = {"tau": 0.025, "sigma": 0.08, "round_s": 9.0, "wave_s": 75.0}

@@ -11,7 +11,8 @@
 #   CAP_REPLICAS=R (environment): race R resident engines per arm (--replicas R) instead of --starts 2; at a
 #     start offset the size of δ this is what can settle a small difference (docs/method-racing.md)
 #
-# Per case (dataset $CAP_TAG-SHAPE[-long].sqlite, logs under /tmp/gmcap/logs-CASE), each step skipped when done:
+# Per case (dataset $CAP_TAG-SHAPE[-long].sqlite, logs under /tmp/gmcap/logs-CASE), each step skipped when done;
+# a dataset committed under $CAP_SEED (default models/profiles) seeds the case, so a later lease skips a-c:
 #   a. profile the default mode alone on the GPU (--gpu-memory-utilization 0.5), each workload once (15 s):
 #      the step sizes per workload, and the default list's lone start (start-up s, capture s, graph GiB, KV
 #      tokens); its compile cache is the race's default arm's (vllm-cache/FULL_AND_PIECEWISE).
@@ -53,6 +54,15 @@ case_name() { IFS=: read -r s k _ <<< "$1"; [ "${k:-loads}" = long ] && echo "$s
 
 if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/null; }; then
   rm -rf "$work/src" && cp -r src "$work/src" && cp -r models/shapes "$work/shapes" 2>/dev/null
+  # a case measured on an earlier lease goes on from its committed dataset: its profile and lone starts are
+  # done (--resume skips them, ~8 GPU-minutes a case), its race resumes when the race key is unchanged
+  seed="${CAP_SEED:-models/profiles}"
+  for c in "${cases[@]}"; do
+    n=$(case_name "$c")
+    if [ -f "$seed/$tag-$n.sqlite" ] && [ ! -f "$work/$tag-$n.sqlite" ]; then
+      cp "$seed/$tag-$n.sqlite" "$work/$tag-$n.sqlite" && echo "seeded $tag-$n.sqlite from $seed"
+    fi
+  done
   cp bench/capture_sizes.py bench/capture_table.py bench/grids/capture-sizes.yaml "$work/"
   printf '%q ' "$@" > "$work/race-options"
   echo "$tag" > "$work/tag"
@@ -146,7 +156,8 @@ summary() {
 table() {
   [ ${#datasets[@]} -gt 0 ] || return 0
   # the host python has no pydantic: the bundle's site has it (the GPU run of 2026-12-02 lost its table so)
-  PYTHONPATH="$(cat "$work/site" 2>/dev/null):$work/src" "$py" "$work/capture_table.py" "${datasets[@]}" --markdown 2>&1
+  PYTHONPATH="$(cat "$work/site" 2>/dev/null):$work/src" "$py" "$work/capture_table.py" "${datasets[@]}" --markdown \
+    --latest 2>&1
 }
 if [ -n "${OUT:-}" ]; then
   for d in "${datasets[@]}"; do

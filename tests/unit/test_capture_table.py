@@ -50,7 +50,8 @@ def _args(sizes: list[int] | None) -> list[str]:
 
 def _startup(sizes: list[int], lone: bool, jitter: float) -> StartupInfo:
     n = len(sizes)
-    return StartupInfo(startup_s=40 + n * 0.2 + jitter, capture_s=0.1 * n + jitter / 10,
+    # a lone start is the chain's cold first start (compile): never the start-up column's source
+    return StartupInfo(startup_s=(240 if lone else 40) + n * 0.2 + jitter, capture_s=0.1 * n + jitter / 10,
                        graph_gib=(0.01 * n if lone else -3.0), kv_cache_tokens=(2_000_000 - 800 * n) if lone
                        else 700_000, capture_sizes=sizes)
 
@@ -89,6 +90,25 @@ def write_dataset(path: Path) -> None:
             store.append(_row("race-run", "low", LOW, w, rnd, arm_itl, f"r:low:{ka}"), "h")
 
 
+def test_latest_keeps_each_datasets_newest_race(tmp_path: Path) -> None:
+    """A dataset seeded into a later lease holds the old race too; --latest shows only the newest."""
+    ds = tmp_path / "cap.sqlite"
+    write_dataset(ds)
+    with ProfileStore(ds) as store:  # the same race again, later, under a new key (a changed cell design)
+        store._db.execute(
+            "INSERT INTO cells (run_id, profile_key, mode, workload, workload_hash, repeat, status, started_at, "
+            "finished_at, workload_spec, race_id, race_round, race_arm, race_start_id, race_capture_sizes, "
+            "itl_p50, ttft_p50, fp_vllm_args, capture_sizes) SELECT run_id || '-2', profile_key, mode, workload, "
+            "workload_hash, repeat, status, started_at + 1e6, finished_at + 1e6, workload_spec, 'race-synth2', "
+            "race_round, race_arm, race_start_id, race_capture_sizes, itl_p50, ttft_p50, fp_vllm_args, "
+            "capture_sizes FROM cells WHERE race_id = 'race-synth'")
+    mod = _load()
+    every = mod.table_lines(ds, mod.SequentialRule(min_starts=2))
+    newest = mod.table_lines(ds, mod.SequentialRule(min_starts=2), latest=True)
+    assert {ln.race for ln in every} == {"race-synth", "race-synth2"}
+    assert {ln.race for ln in newest} == {"race-synth2"} and len(newest) == len(every) // 2
+
+
 def test_capture_table_on_a_synthetic_race(tmp_path: Path) -> None:
     ds = tmp_path / "cap.sqlite"
     write_dataset(ds)
@@ -104,7 +124,11 @@ def test_capture_table_on_a_synthetic_race(tmp_path: Path) -> None:
     assert "| 4 (≤8) / 51 (≤512) |" in low
     # lone starts: graph GiB 0.04 vs 0.51, KV tokens 1,996,800 vs 1,959,200, no '~' mark
     assert "| 0.04 / 0.51 |" in low and "| 1,996,800 / 1,959,200 |" in low and "~" not in low
-    assert "| equivalent 0.999× [0.988–1.010] n=9 |" in low, low  # decided at its first crossing
+    assert "| equivalent 0.999× [0.988–1.010] n=9 |" in low, low
+    # start-up from the race's warm starts (4 sizes: 40.8 s + jitter < 1; 51 sizes: 50.2 s + jitter)
+    arm_up, default_up = (float(x) for x in low.split(" | ")[4].split(" / "))
+    assert 40.8 <= arm_up < 41.8 and 50.2 <= default_up < 51.2, low
+    assert "warm start-up s" in out  # decided at its first crossing
     assert "worse 1.5" in high and "| 60 | 12 | 0.97 |" in high, high  # the host-bound signature
     assert "| 3 | 30 | 0.20 |" in low, low
     assert ("| itl_p50 arm/default | ttft_p50 arm/default | tpot_p50 arm/default | running max | GPU util % | "

@@ -75,6 +75,13 @@ def test_none_is_worse_and_its_engine_stops(tmp_path: Path, store: ProfileStore)
         random.Random(f"{racer.key}:{rnd}").shuffle(expected)
         assert got == expected
     assert all(r["race_idle_cpu_cores"] is not None for r in rows if r["race_round"] > 0)
+    # a fixed warm-up: every arm of a round measures the same window of the same plan (the virtual-time
+    # test in test_runner_fake.py shows a fast and a slow engine; here, end to end on the fake servers)
+    for rnd in {r["race_round"] for r in rows}:
+        cells = [r for r in rows if r["race_round"] == rnd]
+        assert all(r["warmup_used_s"] == pytest.approx(0.3, abs=0.06) for r in cells), cells
+        sent = [r["n_sent"] for r in cells]
+        assert max(sent) - min(sent) <= 1, sent
     # two workloads cycle, each round one of them on every engine
     by_round = {(r["race_round"], r["workload"]) for r in rows}
     assert len({rnd for rnd, _ in by_round}) == len(by_round)

@@ -106,6 +106,9 @@ def test_race_cell_is_short_and_fixed() -> None:
     cell = race_cell(_w("x", 8, 64, 64), cell_s=3, warmup_s=1.5)
     assert cell.duration_s == 3 and cell.warmup_s == 1.5 and cell.adaptive is not None
     assert cell.adaptive.min_s == cell.duration_s  # the window's minimum is its maximum
+    # and so is the warm-up's: every arm of a round measures the same window of the same plan
+    assert cell.adaptive.min_warmup_s == cell.warmup_s == 1.5
+    assert race_cell(_w("y", 8, 64, 64), cell_s=3, warmup_s=0).adaptive.min_warmup_s == 0
 
 
 def test_round_table_pairs_in_round_and_flags_workload_dependence() -> None:

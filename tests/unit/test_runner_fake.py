@@ -310,6 +310,25 @@ def _virtual_load(rate: float, tokens: int, itl: float, noise: float) -> tuple[A
     return (lambda: now[0]), sleep, results
 
 
+def test_a_race_cell_measures_the_same_window_on_a_fast_and_a_slow_engine() -> None:
+    """A race cell's warm-up is fixed: the arms of a round measure one window of one plan, whatever their
+    speed. (A warm-up of one request lifetime ended 4x later on the slow engine here.)"""
+    from graphmode.profiling.race_design import race_cell
+
+    cell = race_cell(Workload(name="v", rate=20, input=LengthDist(mean=16), output=LengthDist(mean=100),
+                              duration_s=20, warmup_s=5), cell_s=3.0, warmup_s=2.0)
+    windows = []
+    for itl in (0.003, 0.012):  # first request done at ~0.3 s and ~1.2 s
+        clock, sleep, results = _virtual_load(rate=20, tokens=100, itl=itl, noise=0.0)
+        drive = _Drive(t0=0.0, t_measure=0.0, t_end=0.0, snapshots=[], results=results)
+        asyncio.run(Profiler._control(cell, drive, asyncio.Event(), clock=clock, sleep=sleep))
+        assert min(r.done_at for r in results if r.done_at is not None) < 2.0
+        windows.append((drive.t_measure, drive.t_end))
+    (m0, e0), (m1, e1) = windows
+    assert m0 == pytest.approx(2.0, abs=0.06) and m1 == pytest.approx(2.0, abs=0.06)
+    assert e0 - m0 == pytest.approx(3.0, abs=0.06) and e1 - m1 == pytest.approx(3.0, abs=0.06)
+
+
 @pytest.mark.parametrize(("noise", "target", "stopped_by"), [(0.2, 0.05, "ci"), (0.2, 0.001, "max")])
 def test_the_stopping_rule_in_virtual_time(noise: float, target: float, stopped_by: str) -> None:
     """Warm-up ends with the first request's lifetime; the window stops when every interval meets its

@@ -16,10 +16,15 @@ Choice
     workload (decided one way on some, another way on others): the race stops them and says so.
 
 Cells
-    Every cell is short and of fixed length: a warm-up of one request lifetime (at most ``warmup_s``),
-    then a window of exactly ``cell_s`` seconds, after which requests in flight are cut (an adaptive
-    window whose minimum is its maximum). A round's cells on different engines get the same seeded
-    request plan (the round index is the seed).
+    Every cell is short and of fixed length: a warm-up of exactly ``warmup_s`` (the workload's own when
+    shorter), then a window of exactly ``cell_s`` seconds, after which requests in flight are cut (an
+    adaptive window whose minimum is its maximum). A round's cells on different engines get the same
+    seeded request plan (the round index is the seed), so with the same fixed warm-up every arm's window
+    holds the same planned requests. A warm-up of "one request lifetime" (the first request to finish)
+    did not: it ends earlier on the faster engine, and on the H200 (2026-12-02, capture-size races, 3-s
+    cells) the arms of one round used 0.7-1.6 s of warm-up, sent different requests in their windows
+    (101 vs 99, 112 vs 118) and ran at batch means of 31 vs 69 on the same plan; the within-round sd of
+    ln(ITL ratio) was 0.11-0.17 at 2 req/s (5 requests a window) and up to 0.43 at 32 req/s.
 """
 
 from __future__ import annotations
@@ -33,11 +38,13 @@ from graphmode.profiling.grid import AdaptiveWindow, Workload
 
 
 def race_cell(workload: Workload, cell_s: float, warmup_s: float) -> Workload:
-    """*workload* as a race cell: at most *warmup_s* of warm-up, then a window of exactly *cell_s*."""
+    """*workload* as a race cell: a fixed warm-up (*warmup_s*, or the workload's own when shorter), then a
+    window of exactly *cell_s*."""
     warm = min(workload.warmup_s, warmup_s) if workload.warmup_s > 0 else warmup_s
     spec = workload.spec()
+    # the warm-up's minimum is its maximum: the same window of the round's plan on every arm
     spec.update(duration_s=cell_s, warmup_s=warm, repeats=1, max_requests=None,
-                adaptive=AdaptiveWindow(min_s=cell_s, min_warmup_s=min(0.5, warm)).model_dump())
+                adaptive=AdaptiveWindow(min_s=cell_s, min_warmup_s=warm).model_dump())
     return Workload.model_validate(spec)
 
 
