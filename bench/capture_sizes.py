@@ -5,10 +5,13 @@ For the H200 comparison of issue 14 (docs/capture-sizes.md, runbook): after a pr
 this prints for each shape and workload the step sizes the cells recorded (summed over modes and repeats),
 the sizes the chooser picks for them, the predicted capture seconds, graph GiB and KV cache tokens against
 the default, and the ``--compilation-config`` keys to profile the recommended list with. Rows from before
-step sizes were recorded are counted and skipped.
+step sizes were recorded are counted and skipped, and so are race cells unless ``--include-race``: a race's
+arms run other capture lists in short cells, and a chooser fed them would answer differently each time a
+race adds rows (a seeded dataset gave a new list, hence a new race key, on the capture chain's smoke test).
 
     .venv/bin/python bench/capture_sizes.py cap.sqlite [--workload NAME] [--mode FULL_AND_PIECEWISE]
-        [--max-num-seqs 256] [--max-num-batched-tokens 8192] [--keep 1,2,4,8 | none] [--graph-long-prefill] [--json]
+        [--max-num-seqs 256] [--max-num-batched-tokens 8192] [--keep 1,2,4,8 | none] [--graph-long-prefill]
+        [--include-race] [--json]
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
                          "or 'none'")
     ap.add_argument("--graph-long-prefill", action="store_true",
                     help="let mixed steps above vLLM's default largest size raise the largest size")
+    ap.add_argument("--include-race", action="store_true", help="also read race cells' step sizes")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     try:
@@ -55,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         cells: dict[tuple[str, str | None, str], int] = defaultdict(int)
         for r in rows:
             if a.workload and r["workload"] not in a.workload:
+                continue
+            if r.get("race_id") and not a.include_race:
                 continue
             s = step_sizes_of(r)
             if s is None:

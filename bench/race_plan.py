@@ -259,6 +259,28 @@ def _groups(ys: Sequence[float], blocks: Sequence[Block]) -> list[list[float]]:
     return list(out.values())
 
 
+def pick_race(rows: Sequence[Mapping[str, Any]], race: str) -> tuple[list[Mapping[str, Any]], str]:
+    """The rows of one race: *race* is a key, or ``latest`` for the one whose last cell started last.
+
+    A dataset can hold several races (a seeded dataset, a changed cell design): their round numbers overlap,
+    so they must not be read as one."""
+    started: dict[str, float] = {}
+    for r in rows:
+        if r.get("race_id"):
+            key = str(r["race_id"])
+            started[key] = max(started.get(key, 0.0), float(r.get("started_at") or 0.0))
+    if not started:
+        raise PlanError("the dataset has no race rows")
+    if race == "latest":
+        key = max(started, key=lambda k: started[k])
+    elif race in started:
+        key = race
+    else:
+        raise PlanError(f"no race {race!r} in the dataset (races: {', '.join(sorted(started))})")
+    which = f"race {key}" + (f", the newest of {len(started)}" if race == "latest" and len(started) > 1 else "")
+    return [r for r in rows if r.get("race_id") == key], which
+
+
 def estimate(rows: Sequence[Mapping[str, Any]], mode: str, metric: str) -> tuple[dict[str, float], list[str]]:
     """tau, sigma, round_s and wave_s from a race dataset's rows, and lines saying where each came from."""
     table = table_from_rows(rows, [metric])
@@ -343,6 +365,8 @@ def run(argv: list[str] | None = None) -> list[str]:
     p.add_argument("--from", dest="dataset", type=Path, help="a race dataset to estimate the noise from")
     p.add_argument("--mode", default="FULL", help="with --from: the arm whose noise to use")
     p.add_argument("--metric", default="itl_p50", help=f"with --from: one of {', '.join(KNOWN_RACE_METRICS)}")
+    p.add_argument("--race", default="latest",
+                   help="with --from: the race key to read, or 'latest' (default): the newest race in the dataset")
     p.add_argument("--markdown", action="store_true")
     args = p.parse_args(argv)
 
@@ -380,8 +404,9 @@ def run(argv: list[str] | None = None) -> list[str]:
                 rows = store.rows()
         except Exception as exc:  # a file that is not a dataset: one line, not a traceback
             raise PlanError(f"cannot read {args.dataset} as a dataset: {exc}") from None
+        rows, which = pick_race(rows, args.race)
         est, notes = estimate(rows, args.mode, args.metric)
-        lines += [f"from {args.dataset} ({args.mode}, {args.metric}):", *(f"  {n}" for n in notes)]
+        lines += [f"from {args.dataset} ({args.mode}, {args.metric}, {which}):", *(f"  {n}" for n in notes)]
         for k in ("tau", "sigma"):
             if k not in given and k not in est:
                 why = "A/A (CONTROL) arm" if k == "tau" else "block with two rounds"

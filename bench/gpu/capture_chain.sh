@@ -56,11 +56,17 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
   rm -rf "$work/src" && cp -r src "$work/src" && cp -r models/shapes "$work/shapes" 2>/dev/null
   # a case measured on an earlier lease goes on from its committed dataset: its profile and lone starts are
   # done (--resume skips them, ~8 GPU-minutes a case), its race resumes when the race key is unchanged
-  seed="${CAP_SEED:-models/profiles}"
+  # (same GM_WORK, since the model's path is in the profile key); the lists it raced are frozen with it:
+  # the newest committed rec-CASE-WORKLOAD.json under $CAP_SEED_RECS (default docs/results)
+  seed="${CAP_SEED:-models/profiles}"; seed_recs="${CAP_SEED_RECS:-docs/results}"
   for c in "${cases[@]}"; do
     n=$(case_name "$c")
     if [ -f "$seed/$tag-$n.sqlite" ] && [ ! -f "$work/$tag-$n.sqlite" ]; then
       cp "$seed/$tag-$n.sqlite" "$work/$tag-$n.sqlite" && echo "seeded $tag-$n.sqlite from $seed"
+      for w in cap-low-r2 cap-high-r32 cap-long-c768; do
+        rec=$(find "$seed_recs" -name "rec-$n-$w.json" 2>/dev/null | sort | tail -n 1)
+        if [ -n "$rec" ] && [ ! -s "$work/rec-$n-$w.json" ]; then cp "$rec" "$work/rec-$n-$w.json" && echo "seeded $rec"; fi
+      done
     fi
   done
   cp bench/capture_sizes.py bench/capture_table.py bench/grids/capture-sizes.yaml "$work/"

@@ -163,3 +163,18 @@ def test_resident_replicas_pair_the_diagonal_and_beat_restarts_on_a_start_effect
     assert not restarts.replicas and resident.replicas and resident.design == "6 resident"
     assert resident.share["better"] >= 0.9 and resident.share["better"] > restarts.share["better"] + 0.2
     assert resident.wrong == 0.0
+
+
+def test_one_race_is_read_from_a_dataset_holding_several() -> None:
+    """A seeded dataset holds the old race and the new one; their round numbers overlap."""
+    old = [{"race_id": "race-a", "race_round": 0, "started_at": 10.0}, {"race_id": "race-a", "race_round": 1,
+                                                                         "started_at": 20.0}]
+    new = [{"race_id": "race-b", "race_round": 0, "started_at": 30.0}]
+    rows, which = race_plan.pick_race([*old, *new, {"race_id": None, "started_at": 99.0}], "latest")
+    assert rows == new and which == "race race-b, the newest of 2"
+    rows, which = race_plan.pick_race([*old, *new], "race-a")
+    assert rows == old and which == "race race-a"
+    with pytest.raises(race_plan.PlanError, match=r"no race 'race-c'.*race-a, race-b"):
+        race_plan.pick_race([*old, *new], "race-c")
+    with pytest.raises(race_plan.PlanError, match="no race rows"):
+        race_plan.pick_race([{"race_id": None}], "latest")

@@ -74,3 +74,26 @@ def test_bench_script_prints_sizes_per_workload(tmp_path: Path, capsys: pytest.C
     assert out[1]["compilation_config"]["max_cudagraph_capture_size"] == 32
     assert mod.main([str(ds)]) == 0 and "| LlamaForCausalLM 8.0B | w0 |" in capsys.readouterr().out
     assert mod.main([str(tmp_path / "missing.sqlite")]) == 2
+
+
+def test_bench_script_reads_no_race_cells_unless_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A race's arms run other lists in short cells: fed to the chooser, a resumed chain's lists would change."""
+    import importlib.util
+
+    from graphmode.core.records import RaceInfo
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("capture_sizes", root / "bench" / "capture_sizes.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ds = _dataset(tmp_path / "p.sqlite")
+    with ProfileStore(ds) as store:  # a race cell of w0 that saw steps up to 64
+        store.append(record(mode="FULL_AND_PIECEWISE", workload="w0", repeat=1, race=RaceInfo(id="race-x", round=0,
+                                                                                           arm="low"),
+                            step_sizes=StepSizes(le=EDGES, steps=[0.0, 10.0, 0.0, 0.0, 50.0, 0.0], running={40: 2})),
+                     "h9")
+    assert mod.main([str(ds), "--json", "--workload", "w0"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["compilation_config"]["max_cudagraph_capture_size"] == 16
+    assert mod.main([str(ds), "--json", "--workload", "w0", "--include-race"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["compilation_config"]["max_cudagraph_capture_size"] == 64
