@@ -8,6 +8,10 @@
 #     KIND loads (default): vLLM's default --max-num-seqs; workloads cap-low-r2 and cap-high-r32
 #     KIND long: --max-num-seqs 1024 (default list still stops at 512); workload cap-long-c768 (768 running)
 #     RACE_BUDGET_MIN: the race's --budget-min (default 7: two starts a side need a start and two restart waves)
+#   CAP_VLLM_ARGS="..." (environment): more vLLM args for every engine of every case, e.g. "--api-server-count 4"
+#     with GM_VLLM_CMD="python3 -m vllm.entrypoints.cli.main serve" (only `serve` starts several API servers), to
+#     see whether the long case is bound by vLLM's one frontend process. They change the profile key: give such a
+#     chain its own CAP_TAG (its own datasets).
 #   CAP_REPLICAS=R (environment): race R resident engines per arm (--replicas R) instead of --starts 2; at a
 #     start offset the size of δ this is what can settle a small difference (docs/method-racing.md)
 #
@@ -75,6 +79,7 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
   echo "${GM_SITE:-/tmp/site}" > "$work/site"
   echo "$py" > "$work/python"
   echo "${GM_VLLM_CMD:-python3 -m vllm.entrypoints.openai.api_server}" > "$work/vllm-cmd"
+  echo "${CAP_VLLM_ARGS:-}" > "$work/vllm-args"
   # shellcheck disable=SC2016
   setsid nohup bash -c '
     work="$1"; shift
@@ -91,6 +96,7 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
       ds="$work/$tag-$name.sqlite"; logs="$work/logs-$name"; out="$work/case-$name.out"
       mkdir -p "$work/model-$shape" "$logs"; cp "$work/shapes/$shape.json" "$work/model-$shape/config.json"
       args=(--model "$work/model-$shape" --load-format dummy --skip-tokenizer-init --max-model-len 4096)
+      read -r -a extra < "$work/vllm-args" || true; args+=("${extra[@]}")
       if [ "$kind" = long ]; then
         args+=(--max-num-seqs 1024); seqs=1024; loads=(cap-long-c768); arms=(long); kv=12G
         race=(--cell-s 5 --cell-warmup-s 8 --race-metrics tpot_p50,itl_p50)
