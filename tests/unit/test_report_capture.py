@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from graphmode.core.dataset import ProfileStore
-from graphmode.core.records import Fingerprint, StartupInfo, StepSizes
+from graphmode.core.records import Fingerprint, RaceInfo, StartupInfo, StepSizes
 from graphmode.report.capture import figure, insert_section, section, shape_steps
 from graphmode.selector.capture import default_capture_sizes
 from tests.unit.test_dataset import record
@@ -58,14 +60,17 @@ def test_datasets_without_step_sizes_get_a_note(tmp_path: Path) -> None:
     assert "No cell recorded its step sizes" in text and "<div class='fig'>" not in text
 
 
-def test_bench_script_prints_sizes_per_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import importlib.util
-
+def _capture_sizes_script() -> ModuleType:
     root = Path(__file__).resolve().parents[2]
     spec = importlib.util.spec_from_file_location("capture_sizes", root / "bench" / "capture_sizes.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_script_prints_sizes_per_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mod = _capture_sizes_script()
     ds = _dataset(tmp_path / "p.sqlite")
     assert mod.main([str(ds), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -78,15 +83,7 @@ def test_bench_script_prints_sizes_per_workload(tmp_path: Path, capsys: pytest.C
 
 def test_bench_script_reads_no_race_cells_unless_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A race's arms run other lists in short cells: fed to the chooser, a resumed chain's lists would change."""
-    import importlib.util
-
-    from graphmode.core.records import RaceInfo
-
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("capture_sizes", root / "bench" / "capture_sizes.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _capture_sizes_script()
     ds = _dataset(tmp_path / "p.sqlite")
     with ProfileStore(ds) as store:  # a race cell of w0 that saw steps up to 64
         store.append(record(mode="FULL_AND_PIECEWISE", workload="w0", repeat=1, race=RaceInfo(id="race-x", round=0,
