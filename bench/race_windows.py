@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Did the arms of a race's rounds measure the same window? Warm-up and requests sent, paired with the default.
+
+A round runs one seeded request plan on every arm; the pair (arm, default) is only a fair comparison when both
+measured the same stretch of that plan. Per dataset and challenger arm, over the rounds both have an ok cell:
+
+* pairs: rounds paired with the default arm;
+* sd Δwarm-up s: the spread of (arm's warm-up − default's warm-up), from ``warmup_used_s``. Fixed warm-ups
+  (race cells since 2026-12-02) give ~0; a warm-up that ended with the first finished request did not;
+* |Δsent|: mean absolute difference of requests sent in the cell (``n_sent``) and the share of pairs where
+  it differs: the same window of the same open-loop plan sends the same requests (±1 at the edges);
+* r(Δwarm-up, ln ITL) and r(Δwarm-up, ln TTFT): Pearson correlation of the warm-up difference with the
+  paired log ratio. Part can be reverse (a slower engine finishes its first request later), part is the
+  window itself (a later window sits further into the batch's build-up); with fixed warm-ups it is undefined.
+
+    .venv/bin/python bench/race_windows.py DATASET [...] [--race latest|KEY|all] [--markdown]
+
+Measured 2026-12-02 on the H200 races of vLLM 0.33 (before the fix): docs/method-racing.md, step 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from graphmode.core.dataset import ProfileStore
+from graphmode.profiling.race_rounds import DEFAULT_ARM
+
+
+@dataclass
+class ArmWindows:
+    dataset: str
+    race: str
+    arm: str
+    pairs: int
+    sd_dwarm: float | None
+    mean_dsent: float | None
+    share_dsent: float | None
+    r_itl: float | None
+    r_ttft: float | None
+
+
+def _corr(x: Sequence[float], y: Sequence[float]) -> float | None:
+    if len(x) < 3 or statistics.pstdev(x) == 0 or statistics.pstdev(y) == 0:
+        return None
+    return statistics.correlation(x, y)
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+
+
+def arm_windows(rows: Sequence[Mapping[str, Any]], dataset: str, race: str) -> list[ArmWindows]:
+    """One line per challenger arm of *race*: how far its windows sat from the default's (module docstring)."""
+    cells: dict[tuple[int, str], dict[str, Mapping[str, Any]]] = defaultdict(dict)
+    for r in rows:
+        if r.get("race_id") == race and r.get("status") == "ok" and r.get("race_round") is not None:
+            cells[(int(r["race_round"]), str(r["workload"]))][str(r["race_arm"])] = r
+    by_arm: dict[str, list[tuple[Mapping[str, Any], Mapping[str, Any]]]] = defaultdict(list)
+    for arms in cells.values():
+        d = arms.get(DEFAULT_ARM)
+        if d is None:
+            continue
+        for arm, r in arms.items():
+            if arm != DEFAULT_ARM:
+                by_arm[arm].append((r, d))
+    out = []
+    for arm, pairs in sorted(by_arm.items()):
+        dwarm, dsent, li, lt, wi, wt = [], [], [], [], [], []
+        for r, d in pairs:
+            wa, wd = _num(r.get("warmup_used_s")), _num(d.get("warmup_used_s"))
+            if wa is not None and wd is not None:
+                dwarm.append(wa - wd)
+                for metric, logs, warms in (("itl_p50", li, wi), ("ttft_p50", lt, wt)):
+                    a, b = _num(r.get(metric)), _num(d.get(metric))
+                    if a and b and a > 0 and b > 0:
+                        logs.append(math.log(a / b))
+                        warms.append(wa - wd)
+            sa, sd = r.get("n_sent"), d.get("n_sent")
+            if isinstance(sa, int) and isinstance(sd, int):
+                dsent.append(abs(sa - sd))
+        out.append(ArmWindows(
+            dataset, race, arm, len(pairs),
+            statistics.pstdev(dwarm) if len(dwarm) >= 2 else None,
+            statistics.fmean(dsent) if dsent else None,
+            sum(1 for x in dsent if x > 1) / len(dsent) if dsent else None,
+            _corr(wi, li), _corr(wt, lt)))
+    return out
+
+
+def races_of(rows: Sequence[Mapping[str, Any]], which: str) -> list[str]:
+    last: dict[str, float] = {}
+    for r in rows:
+        if r.get("race_id"):
+            k = str(r["race_id"])
+            last[k] = max(last.get(k, 0.0), float(r.get("started_at") or 0.0))
+    if which == "all":
+        return sorted(last, key=lambda k: last[k])
+    if which == "latest":
+        return [max(last, key=lambda k: last[k])] if last else []
+    return [which] if which in last else []
+
+
+def render(lines: Sequence[ArmWindows], markdown: bool) -> str:
+    head = ["dataset", "race", "arm", "pairs", "sd Δwarm-up s", "|Δsent|", "Δsent > 1", "r(Δwarm-up, ln ITL)",
+            "r(Δwarm-up, ln TTFT)"]
+
+    def f(v: float | None, fmt: str) -> str:
+        return "-" if v is None else fmt.format(v)
+
+    body = [[Path(ln.dataset).name, ln.race, ln.arm, str(ln.pairs), f(ln.sd_dwarm, "{:.2f}"),
+             f(ln.mean_dsent, "{:.1f}"), f(ln.share_dsent, "{:.0%}"), f(ln.r_itl, "{:.2f}"), f(ln.r_ttft, "{:.2f}")]
+            for ln in lines]
+    if markdown:
+        return "\n".join(["| " + " | ".join(head) + " |", "|" + " --- |" * len(head),
+                          *("| " + " | ".join(row) + " |" for row in body)])
+    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
+    return "\n".join("  ".join(x.ljust(w) for x, w in zip(row, widths, strict=True)).rstrip() for row in [head, *body])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("datasets", nargs="+", type=Path)
+    ap.add_argument("--race", default="all", help="latest, all (default) or a race key")
+    ap.add_argument("--markdown", action="store_true")
+    a = ap.parse_args(argv)
+    lines: list[ArmWindows] = []
+    for path in a.datasets:
+        if not path.is_file():
+            print(f"no dataset at {path}", file=sys.stderr)
+            return 2
+        try:
+            with ProfileStore(path, readonly=True) as store:
+                rows = store.rows()
+        except Exception as exc:  # not a dataset: one line, not a traceback
+            print(f"cannot read {path} as a dataset: {exc}", file=sys.stderr)
+            return 2
+        for race in races_of(rows, a.race):
+            lines += arm_windows(rows, str(path), race)
+    if not lines:
+        print("no race rounds with a default arm in these datasets", file=sys.stderr)
+        return 1
+    print(render(lines, a.markdown))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

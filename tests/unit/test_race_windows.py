@@ -1,0 +1,58 @@
+"""bench/race_windows.py on synthetic race rows: the window check of the fixed warm-up."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+
+def _load() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "bench" / "race_windows.py"
+    spec = importlib.util.spec_from_file_location("race_windows", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+rw = _load()
+
+
+def _row(race: str, rnd: int, arm: str, warm: float, itl: float, sent: int, t: float = 0.0) -> dict[str, Any]:
+    return {"race_id": race, "race_round": rnd, "workload": "w", "race_arm": arm, "status": "ok",
+            "warmup_used_s": warm, "itl_p50": itl, "ttft_p50": itl * 10, "n_sent": sent, "started_at": t + rnd}
+
+
+def test_a_first_finish_warm_up_shows_and_a_fixed_one_does_not() -> None:
+    rows = []
+    for rnd in range(6):
+        shift = 0.1 * (rnd % 3)  # the arm's window starts later: more running, slower tokens
+        rows.append(_row("old", rnd, "FULL_AND_PIECEWISE", 0.8, 0.003, 100))
+        rows.append(_row("old", rnd, "FULL", 0.8 + shift, 0.003 * math.exp(shift), 100 + 2 * (rnd % 3)))
+        rows.append(_row("new", rnd, "FULL_AND_PIECEWISE", 2.0, 0.003, 100, t=100))
+        rows.append(_row("new", rnd, "FULL", 2.0, 0.003 * (1 + 0.01 * (rnd % 2)), 100, t=100))
+    (old,) = rw.arm_windows(rows, "d.sqlite", "old")
+    assert old.arm == "FULL" and old.pairs == 6
+    assert old.sd_dwarm == pytest.approx(0.0816, abs=1e-3) and old.r_itl == pytest.approx(1.0)
+    assert old.mean_dsent == pytest.approx(2.0) and old.share_dsent == pytest.approx(2 / 3)
+    (new,) = rw.arm_windows(rows, "d.sqlite", "new")
+    assert new.sd_dwarm == 0.0 and new.mean_dsent == 0.0 and new.r_itl is None  # fixed: no spread to correlate
+    assert rw.races_of(rows, "latest") == ["new"] and rw.races_of(rows, "all") == ["old", "new"]
+    assert rw.races_of(rows, "nope") == []
+    text = rw.render([old, new], markdown=True)
+    assert "| d.sqlite | old | FULL | 6 | 0.08 | 2.0 | 67% | 1.00 |" in text and "| - | - |" in text
+
+
+def test_bad_paths_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert rw.main([str(tmp_path / "missing.sqlite")]) == 2
+    junk = tmp_path / "junk.sqlite"
+    junk.write_text("not sqlite")
+    assert rw.main([str(junk)]) == 2
+    assert "cannot read" in capsys.readouterr().err
