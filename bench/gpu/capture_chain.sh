@@ -8,7 +8,8 @@
 #     KIND loads (default): vLLM's default --max-num-seqs; workloads cap-low-r2 and cap-high-r32
 #     KIND long: --max-num-seqs 1024 (default list still stops at 512); workload cap-long-c768 (768 running)
 #     RACE_BUDGET_MIN: the race's --budget-min (default 7: two starts a side need a start and two restart waves)
-#   CAP_VLLM_ARGS="..." (environment): more vLLM args for every engine of every case, e.g. "--api-server-count 4"
+#   CAP_VLLM_ARGS="..." (environment): more vLLM args for every engine of every case, e.g. "--stream-interval 16"
+#     (SSE chunks every 16 steps: less API server work at > 512 streams), or "--api-server-count 4"
 #     with GM_VLLM_CMD="python3 -m vllm.entrypoints.cli.main serve" (only `serve` starts several API servers), to
 #     see whether the long case is bound by vLLM's one frontend process. They change the profile key: give such a
 #     chain its own CAP_TAG (its own datasets).
