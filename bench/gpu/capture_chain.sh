@@ -74,7 +74,7 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
       done
     fi
   done
-  cp bench/capture_sizes.py bench/capture_table.py bench/grids/capture-sizes.yaml "$work/"
+  cp bench/capture_sizes.py bench/capture_table.py bench/race_windows.py bench/grids/capture-sizes.yaml "$work/"
   printf '%q ' "$@" > "$work/race-options"
   echo "$tag" > "$work/tag"
   echo "${GM_SITE:-/tmp/site}" > "$work/site"
@@ -171,6 +171,10 @@ table() {
   # the host python has no pydantic: the bundle's site has it (the GPU run of 2026-12-02 lost its table so)
   PYTHONPATH="$(cat "$work/site" 2>/dev/null):$work/src" "$py" "$work/capture_table.py" "${datasets[@]}" --markdown \
     --latest 2>&1
+  # the windows each arm measured against the default's: sd Δwarm-up ≈ 0 since race cells have a fixed warm-up
+  echo
+  PYTHONPATH="$(cat "$work/site" 2>/dev/null):$work/src" "$py" "$work/race_windows.py" "${datasets[@]}" --markdown \
+    --race latest 2>&1
 }
 if [ -n "${OUT:-}" ]; then
   for d in "${datasets[@]}"; do

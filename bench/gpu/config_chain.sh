@@ -42,7 +42,7 @@ read -r -a cfgs <<< "$names"
 [ "${#cfgs[@]}" -le 5 ] || { echo "${#cfgs[@]} configurations: at most 5 a call (<= 8 files into \$OUT)" >&2; exit 2; }
 
 if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/null; }; then
-  rm -rf "$work/src" "$work/root" && cp -r src "$work/src"
+  rm -rf "$work/src" "$work/root" && cp -r src "$work/src" && cp bench/race_windows.py "$work/"
   mkdir -p "$work/root/models" "$work/root/bench" && cp -r models/shapes "$work/root/models/" \
     && cp -r bench/grids "$work/root/bench/" && cp "$file" "$work/root/campaign.yaml" || exit 2
   for c in "${cfgs[@]}"; do
@@ -80,6 +80,9 @@ summary() {
     if [ -f "$work/race-$c.out" ]; then echo "$c: running: ${last:-starting}"; else echo "$c: not started"; fi
   done
   cat "$work/chain.out" 2>/dev/null
+  # the windows each arm measured against the default's (sd Δwarm-up ≈ 0: race cells have a fixed warm-up)
+  local ds=(); for c in "${cfgs[@]}"; do [ -f "$work/$tag-$c.sqlite" ] && ds+=("$work/$tag-$c.sqlite"); done
+  [ ${#ds[@]} -gt 0 ] && PYTHONPATH="$site:$work/src" "$py" "$work/race_windows.py" "${ds[@]}" --race latest 2>&1
 }
 if [ -n "${OUT:-}" ]; then
   for c in "${cfgs[@]}"; do

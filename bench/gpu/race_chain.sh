@@ -33,7 +33,7 @@ tag="${RACE_TAG:-race-h200}"
 case "$tag" in *[!A-Za-z0-9._-]*|"") echo "RACE_TAG: letters, digits, . _ - only" >&2; exit 2;; esac
 
 if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/null; }; then
-  rm -rf /tmp/gmsrc && cp -r src /tmp/gmsrc && cp -r models/shapes "$work/shapes"
+  rm -rf /tmp/gmsrc && cp -r src /tmp/gmsrc && cp -r models/shapes "$work/shapes" && cp bench/race_windows.py "$work/"
   for a in "${assign[@]}"; do
     shape="${a%%:*}"
     ds="$work/$tag-$shape.sqlite"
@@ -78,6 +78,10 @@ summary() {
   cat "$work/chain.out" 2>/dev/null
   # how big the compile caches are: whether a later lease could carry them in and skip the compile start
   du -sh "$work"/logs-*/vllm-cache/* 2>/dev/null | sed 's/^/compile cache: /'
+  # the windows each arm measured against the default's (the host python has no pydantic: the bundle's site)
+  local ds=(); for a in "${assign[@]}"; do [ -f "$work/$tag-${a%%:*}.sqlite" ] && ds+=("$work/$tag-${a%%:*}.sqlite"); done
+  [ ${#ds[@]} -gt 0 ] && PYTHONPATH="$(cat "$work/race-site" 2>/dev/null):/tmp/gmsrc" python3 "$work/race_windows.py" \
+    "${ds[@]}" --race latest 2>&1
 }
 if [ -n "${OUT:-}" ]; then
   for a in "${assign[@]}"; do

@@ -64,6 +64,9 @@ def test_a_refused_configuration_is_recorded_and_the_chain_goes_on(tmp_path: Pat
     assert "--attention-backend" in refused and "BOGUS_ATTN" in refused  # vLLM's own words, not the wrapper
     ok = next(line for line in summary if line.startswith("triton:"))
     assert ok.startswith("triton: ok, ") and "FAILED" not in ok and "NONE itl_p50 " in ok
+    # the window check (bench/race_windows.py): a fixed warm-up, so no spread between an arm and the default
+    windows = [line.split() for line in summary if line.startswith("t-triton.sqlite")]
+    assert windows and all(w[4] == "0.00" for w in windows), summary
     assert {p.name for p in out.iterdir()} <= {"t-refused.sqlite", "t-triton.sqlite", "logs.tgz", "summary.txt",
                                                 "gpu.csv"}
     with sqlite3.connect(out / "t-triton.sqlite") as db:
