@@ -91,7 +91,8 @@ def register(app: typer.Typer) -> None:
         kv_bytes: str = typer.Option(None, "--kv-cache-memory-bytes", help="Race: vLLM KV cache per engine."),
         stagger: float = typer.Option(None, "--stagger", min=0, help="Race: seconds between engine starts."),
         cell_s: float = typer.Option(None, "--cell-s", min=0.5, help="Race: measured seconds per cell."),
-        cell_warmup_s: float = typer.Option(None, "--cell-warmup-s", min=0, help="Race: most warm-up per cell."),
+        cell_warmup_s: float = typer.Option(None, "--cell-warmup-s", min=0,
+                                            help="Race: warm-up per cell, the same on every arm."),
         metrics: str = typer.Option(None, "--race-metrics", help="Race: metrics decided (itl_p50,ttft_p50)."),
         starts: int = typer.Option(None, "--starts", min=1, max=10, help="Race: engine starts per arm (2)."),
         replicas: int = typer.Option(
