@@ -10,8 +10,13 @@ measured the same stretch of that plan. Per dataset and challenger arm, over the
 * |Δsent|: mean absolute difference of requests sent in the cell (``n_sent``) and the share of pairs where
   it differs: the same window of the same open-loop plan sends the same requests (±1 at the edges);
 * r(Δwarm-up, ln ITL) and r(Δwarm-up, ln TTFT): Pearson correlation of the warm-up difference with the
-  paired log ratio. Part can be reverse (a slower engine finishes its first request later), part is the
-  window itself (a later window sits further into the batch's build-up); with fixed warm-ups it is undefined.
+  paired log ratio, both centred within (workload, arm's start, default's start) groups, so neither a
+  workload's own effect nor a start effect counts. Part can be reverse (a slower engine finishes its first
+  request later), part is the window itself (a later window sits further into the batch's build-up); with
+  fixed warm-ups it is undefined;
+* sd ln ITL: the within-group sd of the paired log ITL ratio (the round noise a race's interval sees), and
+  the same with the warm-up difference regressed out: about what fixed windows leave, where the
+  correlation is the window's.
 
     .venv/bin/python bench/race_windows.py DATASET [...] [--race latest|KEY|all] [--markdown]
 
@@ -45,12 +50,47 @@ class ArmWindows:
     share_dsent: float | None
     r_itl: float | None
     r_ttft: float | None
+    sd_itl: float | None = None  # within-group sd of ln(ITL ratio), and with Δwarm-up regressed out
+    sd_itl_fixed: float | None = None
 
 
-def _corr(x: Sequence[float], y: Sequence[float]) -> float | None:
+def _centred(points: Sequence[tuple[Any, float, float]]) -> tuple[list[float], list[float], int]:
+    """(group, x, y) points centred within their groups; singletons drop out. Also the number of groups kept."""
+    groups: dict[Any, list[tuple[float, float]]] = defaultdict(list)
+    for g, x, y in points:
+        groups[g].append((x, y))
+    xs: list[float] = []
+    ys: list[float] = []
+    kept = 0
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        kept += 1
+        mx, my = statistics.fmean(m[0] for m in members), statistics.fmean(m[1] for m in members)
+        xs += [m[0] - mx for m in members]
+        ys += [m[1] - my for m in members]
+    return xs, ys, kept
+
+
+def _corr(points: Sequence[tuple[Any, float, float]]) -> float | None:
+    x, y, _ = _centred(points)
     if len(x) < 3 or statistics.pstdev(x) == 0 or statistics.pstdev(y) == 0:
         return None
     return statistics.correlation(x, y)
+
+
+def _sds(points: Sequence[tuple[Any, float, float]]) -> tuple[float | None, float | None]:
+    """Within-group sd of y, and of y less its least-squares line in x (one more degree of freedom spent)."""
+    x, y, kept = _centred(points)
+    dof = len(y) - kept
+    if dof < 2:
+        return None, None
+    sd = math.sqrt(sum(v * v for v in y) / dof)
+    sxx = sum(v * v for v in x)
+    if sxx == 0:
+        return sd, sd
+    b = sum(a * c for a, c in zip(x, y, strict=True)) / sxx
+    return sd, math.sqrt(sum((c - b * a) ** 2 for a, c in zip(x, y, strict=True)) / (dof - 1))
 
 
 def _num(v: Any) -> float | None:
@@ -73,16 +113,18 @@ def arm_windows(rows: Sequence[Mapping[str, Any]], dataset: str, race: str) -> l
                 by_arm[arm].append((r, d))
     out = []
     for arm, pairs in sorted(by_arm.items()):
-        dwarm, dsent, li, lt, wi, wt = [], [], [], [], [], []
+        dwarm: list[float] = []
+        dsent: list[int] = []
+        pts: dict[str, list[tuple[Any, float, float]]] = {"itl_p50": [], "ttft_p50": []}
         for r, d in pairs:
             wa, wd = _num(r.get("warmup_used_s")), _num(d.get("warmup_used_s"))
+            group = (r.get("workload"), r.get("race_start_id"), d.get("race_start_id"))
             if wa is not None and wd is not None:
                 dwarm.append(wa - wd)
-                for metric, logs, warms in (("itl_p50", li, wi), ("ttft_p50", lt, wt)):
+                for metric, points in pts.items():
                     a, b = _num(r.get(metric)), _num(d.get(metric))
                     if a and b and a > 0 and b > 0:
-                        logs.append(math.log(a / b))
-                        warms.append(wa - wd)
+                        points.append((group, wa - wd, math.log(a / b)))
             sa, sd = r.get("n_sent"), d.get("n_sent")
             if isinstance(sa, int) and isinstance(sd, int):
                 dsent.append(abs(sa - sd))
@@ -91,7 +133,7 @@ def arm_windows(rows: Sequence[Mapping[str, Any]], dataset: str, race: str) -> l
             statistics.pstdev(dwarm) if len(dwarm) >= 2 else None,
             statistics.fmean(dsent) if dsent else None,
             sum(1 for x in dsent if x > 1) / len(dsent) if dsent else None,
-            _corr(wi, li), _corr(wt, lt)))
+            _corr(pts["itl_p50"]), _corr(pts["ttft_p50"]), *_sds(pts["itl_p50"])))
     return out
 
 
@@ -110,13 +152,14 @@ def races_of(rows: Sequence[Mapping[str, Any]], which: str) -> list[str]:
 
 def render(lines: Sequence[ArmWindows], markdown: bool) -> str:
     head = ["dataset", "race", "arm", "pairs", "sd Δwarm-up s", "|Δsent|", "Δsent > 1", "r(Δwarm-up, ln ITL)",
-            "r(Δwarm-up, ln TTFT)"]
+            "r(Δwarm-up, ln TTFT)", "sd ln ITL", "without Δwarm-up"]
 
     def f(v: float | None, fmt: str) -> str:
         return "-" if v is None else fmt.format(v)
 
     body = [[Path(ln.dataset).name, ln.race, ln.arm, str(ln.pairs), f(ln.sd_dwarm, "{:.2f}"),
-             f(ln.mean_dsent, "{:.1f}"), f(ln.share_dsent, "{:.0%}"), f(ln.r_itl, "{:.2f}"), f(ln.r_ttft, "{:.2f}")]
+             f(ln.mean_dsent, "{:.1f}"), f(ln.share_dsent, "{:.0%}"), f(ln.r_itl, "{:.2f}"), f(ln.r_ttft, "{:.2f}"),
+             f(ln.sd_itl, "{:.3f}"), f(ln.sd_itl_fixed, "{:.3f}")]
             for ln in lines]
     if markdown:
         return "\n".join(["| " + " | ".join(head) + " |", "|" + " --- |" * len(head),

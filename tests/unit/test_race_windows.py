@@ -42,12 +42,29 @@ def test_a_first_finish_warm_up_shows_and_a_fixed_one_does_not() -> None:
     assert old.arm == "FULL" and old.pairs == 6
     assert old.sd_dwarm == pytest.approx(0.0816, abs=1e-3) and old.r_itl == pytest.approx(1.0)
     assert old.mean_dsent == pytest.approx(2.0) and old.share_dsent == pytest.approx(2 / 3)
+    # within-group sd of ln ratio (shifts 0, 0.1, 0.2 twice: sqrt(0.04 / 5)), and ~0 with Δwarm-up regressed out
+    assert old.sd_itl == pytest.approx(math.sqrt(0.04 / 5)) and old.sd_itl_fixed == pytest.approx(0.0, abs=1e-9)
     (new,) = rw.arm_windows(rows, "d.sqlite", "new")
     assert new.sd_dwarm == 0.0 and new.mean_dsent == 0.0 and new.r_itl is None  # fixed: no spread to correlate
     assert rw.races_of(rows, "latest") == ["new"] and rw.races_of(rows, "all") == ["old", "new"]
     assert rw.races_of(rows, "nope") == []
     text = rw.render([old, new], markdown=True)
     assert "| d.sqlite | old | FULL | 6 | 0.08 | 2.0 | 67% | 1.00 |" in text and "| - | - |" in text
+
+
+def test_a_start_effect_is_not_read_as_a_window_effect() -> None:
+    """Two starts of the arm: the second is 5% slower and happened to warm up longer. Within each start
+    the warm-up does not move the ratio, so the correlation (within start groups) is ~0, not ~1."""
+    rows = []
+    for rnd in range(8):
+        second = rnd >= 4
+        warm = 1.0 + (0.5 if second else 0.0) + 0.01 * (rnd % 2)
+        ratio = (1.05 if second else 1.0) * (1.0 + 0.02 * ((rnd // 2) % 2))
+        rows.append({**_row("r", rnd, "FULL_AND_PIECEWISE", 1.0, 0.003, 100), "race_start_id": "d1"})
+        rows.append({**_row("r", rnd, "FULL", warm, 0.003 * ratio, 100), "race_start_id": f"a{int(second)}"})
+    (line,) = rw.arm_windows(rows, "d.sqlite", "r")
+    assert line.r_itl is not None and abs(line.r_itl) < 0.2, line
+    assert line.sd_dwarm is not None and line.sd_dwarm > 0.2  # the raw spread is there: the groups remove it
 
 
 def test_bad_paths_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
