@@ -13,6 +13,8 @@
 #     with GM_VLLM_CMD="python3 -m vllm.entrypoints.cli.main serve" (only `serve` starts several API servers), to
 #     see whether the long case is bound by vLLM's one frontend process. They change the profile key: give such a
 #     chain its own CAP_TAG (its own datasets).
+#   CAP_KV=BYTES (environment): the race's KV cache per engine (default 8G, long 12G); with replicas, 3 arms x R
+#     engines must fit the GPU (the race checks before it starts any): CAP_REPLICAS=4 CAP_KV=4G
 #   CAP_REPLICAS=R (environment): race R resident engines per arm (--replicas R) instead of --starts 2; at a
 #     start offset the size of δ this is what can settle a small difference (docs/method-racing.md)
 #
@@ -141,7 +143,7 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
       log "$name: d. race ${specs[*]} over ${loads[*]}, budget ${budget:-7} min"
       eval "\"\$py\" -m graphmode.profiling profile --race --grid \"\$grid\" --modes FULL_AND_PIECEWISE \
         --workloads \"\$(IFS=,; echo \"\${loads[*]}\")\" --dataset \"\$ds\" --port 8200 --log-dir \"\$logs\" \
-        --vllm-cmd \"\$vcmd\" --kv-cache-memory-bytes \$kv --budget-min \${budget:-7} \$startsopt \
+        --vllm-cmd \"\$vcmd\" --kv-cache-memory-bytes \${CAP_KV:-\$kv} --budget-min \${budget:-7} \$startsopt \
         \"\${race[@]}\" \"\${sa[@]}\" $opts -- \"\${args[@]}\"" >>"$out" 2>&1 < /dev/null
       log "$name: race exited $?"
     done

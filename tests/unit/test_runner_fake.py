@@ -325,7 +325,7 @@ def test_a_race_cell_measures_the_same_window_on_a_fast_and_a_slow_engine() -> N
         assert min(r.done_at for r in results if r.done_at is not None) < 2.0
         windows.append((drive.t_measure, drive.t_end))
     (m0, e0), (m1, e1) = windows
-    assert m0 == pytest.approx(2.0, abs=0.06) and m1 == pytest.approx(2.0, abs=0.06)
+    assert m0 == pytest.approx(2.0, abs=1e-6) and m1 == pytest.approx(2.0, abs=1e-6)  # on the dot, not polled
     assert e0 - m0 == pytest.approx(3.0, abs=0.06) and e1 - m1 == pytest.approx(3.0, abs=0.06)
 
 

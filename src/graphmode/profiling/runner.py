@@ -363,7 +363,10 @@ class Profiler:
         adaptive = workload.adaptive
         assert adaptive is not None
         t0, results = drive.t0, drive.results
-        # Warm-up: one request lifetime (the first to finish), within [min_warmup_s, warmup_s].
+        # Warm-up: one request lifetime (the first to finish), within [min_warmup_s, warmup_s]; a fixed one
+        # (race cells: min = max) ends on the dot, so every arm of a round measures the same window
+        if adaptive.min_warmup_s >= workload.warmup_s:
+            await sleep(max(0.0, t0 + workload.warmup_s - clock()))
         while True:
             now = clock()
             firsts = [r.done_at for r in results if r.done_at is not None]
