@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sqlite3
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.support.bench import load_bench
+
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "models" / "profiles"
 
 
 def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("campaign_stats", ROOT / "bench" / "campaign_stats.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("campaign_stats")
 
 
 def test_tables_from_the_committed_datasets(capsys: pytest.CaptureFixture[str]) -> None:

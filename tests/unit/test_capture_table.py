@@ -5,12 +5,10 @@ writes them. Not measurements."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import math
 import random
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -25,6 +23,7 @@ from graphmode.core.records import (
     StartupInfo,
 )
 from graphmode.selector.capture import default_capture_sizes
+from tests.support.bench import load_bench
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 LOW = [1, 2, 4, 8]
@@ -33,12 +32,7 @@ SPEC = {"rate": 2.0}
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("capture_table", BENCH / "capture_table.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("capture_table")
 
 
 def _args(sizes: list[int] | None) -> list[str]:

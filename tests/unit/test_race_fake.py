@@ -6,7 +6,6 @@ ITL p50 by ~1.8× and must be decided and stopped after the minimum of rounds.
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import sys
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from graphmode.profiling.grid import LengthDist, Workload
 from graphmode.profiling.race import RaceConfig, Racer
 from graphmode.profiling.race_rounds import CONTROL_ARM, DEFAULT_ARM
 from graphmode.profiling.runner import ProfileConfig
+from tests.support.bench import load_bench
 from tests.unit.test_runner_fake import FAKE_VLLM, TINY_LLAMA, free_port
 
 pytestmark = pytest.mark.timeout(120)
@@ -87,11 +87,7 @@ def test_none_is_worse_and_its_engine_stops(tmp_path: Path, store: ProfileStore)
     assert len({rnd for rnd, _ in by_round}) == len(by_round)
     assert {w for _, w in by_round} == {"w-decode", "w-prefill"}
     # bench/profile_cost.py --compare reads the race's cost back from its dataset
-    spec = importlib.util.spec_from_file_location("profile_cost", FAKE_VLLM.parents[2] / "bench" / "profile_cost.py")
-    assert spec is not None and spec.loader is not None
-    cost_mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = cost_mod  # its dataclasses look their module up
-    spec.loader.exec_module(cost_mod)
+    cost_mod = load_bench("profile_cost")
     (cost,) = cost_mod.dataset_costs(tmp_path / "race.sqlite")
     assert cost.kind == "race" and cost.starts == 3 and cost.rounds == summary.rounds_run
     assert 0 < cost.gpu_s <= summary.gpu_min * 60 + 1 and cost.cells == len(rows)

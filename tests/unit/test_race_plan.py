@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,16 +12,11 @@ import pytest
 
 from graphmode.profiling.race import wave_due
 from graphmode.profiling.sequential import SequentialRule, sequential_decision
+from tests.support.bench import load_bench
 
 
 def _load() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "bench" / "race_plan.py"
-    spec = importlib.util.spec_from_file_location("race_plan", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("race_plan")
 
 
 race_plan = _load()
@@ -126,12 +119,7 @@ def test_noise_from_a_race_dataset() -> None:
 
 
 def _load_aa() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "bench" / "race_plan_aa.py"
-    spec = importlib.util.spec_from_file_location("race_plan_aa", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("race_plan_aa")
 
 
 def test_the_dropped_alternative_interval_runs_and_restores_the_rule() -> None:

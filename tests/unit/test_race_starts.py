@@ -7,7 +7,6 @@ CONTROL run as fast as the default, so they stay open until their second start a
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import itertools
 import sys
@@ -23,6 +22,7 @@ from graphmode.core.modes import CudaGraphMode
 from graphmode.profiling.race import Racer
 from graphmode.profiling.race_rounds import CONTROL_ARM, DEFAULT_ARM, table_from_rows
 from graphmode.selector.verdicts import race_verdicts
+from tests.support.bench import load_bench
 from tests.unit.test_race_fake import race_config
 from tests.unit.test_runner_fake import TINY_LLAMA
 
@@ -83,20 +83,11 @@ def test_two_starts_in_staggered_waves_then_resume_counts_them(tmp_path: Path, s
 
 
 def race_table(dataset: Path) -> str:
-    bench = Path(__file__).resolve().parents[2] / "bench"
-    sys.path.insert(0, str(bench))  # race_table imports its sibling profile_cost
-    try:
-        spec = importlib.util.spec_from_file_location("race_table", bench / "race_table.py")
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            assert mod.main([str(dataset), "--metrics", "itl_p50"]) == 0
-        return buf.getvalue()
-    finally:
-        sys.path.remove(str(bench))
+    mod = load_bench("race_table")  # with bench/ on the path: it imports its sibling profile_cost
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert mod.main([str(dataset), "--metrics", "itl_p50"]) == 0
+    return buf.getvalue()
 
 
 def test_resume_counts_the_starts_already_made(tmp_path: Path, store: ProfileStore) -> None:

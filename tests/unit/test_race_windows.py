@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.support.bench import load_bench
+
 
 def _load() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "bench" / "race_windows.py"
-    spec = importlib.util.spec_from_file_location("race_windows", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("race_windows")
 
 
 rw = _load()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -14,6 +13,7 @@ from graphmode.core.dataset import ProfileStore
 from graphmode.core.records import Fingerprint, RaceInfo, StartupInfo, StepSizes
 from graphmode.report.capture import figure, insert_section, section, shape_steps
 from graphmode.selector.capture import default_capture_sizes
+from tests.support.bench import load_bench
 from tests.unit.test_dataset import record
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -61,12 +61,7 @@ def test_datasets_without_step_sizes_get_a_note(tmp_path: Path) -> None:
 
 
 def _capture_sizes_script() -> ModuleType:
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("capture_sizes", root / "bench" / "capture_sizes.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("capture_sizes")
 
 
 def test_bench_script_prints_sizes_per_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

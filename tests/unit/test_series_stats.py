@@ -3,7 +3,6 @@ a drift common to both engines, a fixed gap between two starts, AR(1) noise, and
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -13,15 +12,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.support.bench import load_bench
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("start_effect_stats", ROOT / "bench" / "start_effect_stats.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("start_effect_stats")
 
 
 S = load()
