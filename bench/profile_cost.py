@@ -191,9 +191,16 @@ class DatasetCost:
 
 
 def _shape_name(row: dict[str, object]) -> str:
+    """``LlamaForCausalLM 1.24B``, then what sets the row's deployment apart from vLLM's defaults
+    (``attn=FLASHINFER``, ``spec=ngram:3``...): one shape raced under two configurations is two entries."""
+    from graphmode.core.deployment import config_suffix
+    from graphmode.selector.featurize import shape_of_row
+
     arch = row.get("fp_model_architecture") or "?"
     params = row.get("fp_num_params_b")
-    return f"{arch} {float(params):.2f}B" if isinstance(params, int | float) else str(arch)
+    name = f"{arch} {float(params):.2f}B" if isinstance(params, int | float) else str(arch)
+    suffix = config_suffix(shape_of_row(row))
+    return f"{name} {suffix}" if suffix else name
 
 
 def dataset_costs(path: Path) -> list[DatasetCost]:

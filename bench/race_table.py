@@ -7,7 +7,8 @@ vLLM's default on every raced metric, with the ratio, its interval and the round
 Verdicts are recomputed from the rows exactly as the selector does (graphmode.selector.verdicts), with
 ``--delta``/``--confidence`` (default 3%, 95%). ``CONTROL`` is the A/A arm (a second engine of the default):
 it should read *equivalent*; its pooled ratio per metric, printed under each shape, is how far two starts of
-one mode landed apart there. ``s=N`` is the number of engine starts behind a verdict (the fewer of the
+one mode landed apart there (an arm vLLM silently ran as the default's mode, ``FULL → FULL_AND_PIECEWISE`` on
+FlashInfer, is one too). ``s=N`` is the number of engine starts behind a verdict (the fewer of the
 mode's and the default's; ``--starts``): "better" from one start each is not acted on by the selector.
 Runs without scikit-learn (a GPU host's environment is enough).
 """
@@ -38,17 +39,31 @@ def cell(v: RaceVerdict | None) -> str:
     return "-" if v is None else v.cell()
 
 
+DEFAULT = "FULL_AND_PIECEWISE"
+
+
 def aa_line(pooled: dict[tuple[str, str], RaceVerdict], metrics: list[str]) -> str:
-    """The A/A arm's pooled ratio per metric: how far two starts of the default landed apart."""
+    """The A/A arm's pooled ratio per metric: how far two starts of the default landed apart. Without a
+    CONTROL arm, an arm vLLM downgraded to the default's mode is one (FULL on FlashInfer)."""
+    arm = "CONTROL" if any(m == "CONTROL" for m, _ in pooled) else next(
+        (m for (m, _), v in sorted(pooled.items()) if v.runs_as == DEFAULT), None)
     parts = []
     for k in metrics:
-        v = pooled.get(("CONTROL", k))
+        v = pooled.get((arm, k)) if arm else None
         if v is not None and v.ratio is not None:
             ci = f" [{v.lo:.2f}–{v.hi:.2f}]" if v.lo is not None and v.hi is not None else ""
             parts.append(f"{k} {v.ratio:.3f}×{ci} over {v.rounds} rounds, {v.starts} start(s) each")
     if not parts:
         return "A/A arm (CONTROL): not raced (a race with --control has one)"
-    return "A/A arm (CONTROL, a second engine of the default) / default: " + "; ".join(parts)
+    what = ("CONTROL, a second engine of the default" if arm == "CONTROL"
+            else f"{arm}, which vLLM ran as the default's {DEFAULT}")
+    return f"A/A arm ({what}) / default: " + "; ".join(parts)
+
+
+def mode_label(mode: str, pooled: dict[tuple[str, str], RaceVerdict]) -> str:
+    """``FULL → FULL_AND_PIECEWISE`` for an arm vLLM ran as another mode (a silent downgrade)."""
+    ran = next((v.runs_as for (m, _), v in pooled.items() if m == mode and v.runs_as), None)
+    return f"{mode} → {ran}" if ran else mode
 
 
 def table(head: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
@@ -97,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         pooled = {(v.mode, v.metric): v for v in vs if v.workload is None}
         modes = sorted({m for m, _ in pooled}, key=lambda m: (m == "CONTROL", m))
         out += [aa_line(pooled, metrics), ""]
-        out += table(["mode", *metrics], [[m, *(cell(pooled.get((m, k))) for k in metrics)] for m in modes],
+        out += table(["mode", *metrics],
+                     [[mode_label(m, pooled), *(cell(pooled.get((m, k))) for k in metrics)] for m in modes],
                      args.markdown)
         if args.workloads:
             per = {(v.mode, v.metric, v.workload): v for v in vs if v.workload is not None}

@@ -27,7 +27,8 @@ Environment knobs (for tests and benchmarks):
 ``FAKE_VLLM_FAIL_AT_START``  comma-separated modes for which it exits with status 1 during start-up
 ``FAKE_VLLM_COLD_STARTUP_S`` extra start-up seconds while its compile cache is cold (default 0)
 
-Like vLLM 0.33, ``--attention-backend NAME`` must name a backend it knows (:data:`BACKENDS`): another name is
+Like vLLM 0.33, ``--attention-backend FLASHINFER`` turns a requested FULL into FULL_AND_PIECEWISE (logging
+vLLM's warning), and ``--attention-backend NAME`` must name a backend it knows (:data:`BACKENDS`): another name is
 refused the way vLLM's argument parser refuses it (usage error, exit status 2), before any start-up line.
 
 Capture sizes: ``cudagraph_capture_sizes`` in the compilation config, else vLLM's default list for
@@ -395,6 +396,12 @@ def main(argv: list[str]) -> int:
     if args.attention_backend:
         log("EngineCore", "cuda.py:1", f"Using {args.attention_backend} attention backend out of potential "
             f"backends: {list(BACKENDS)}")
+    if args.attention_backend == "FLASHINFER" and mode == "FULL":
+        # vLLM 0.33 on the H200 (2026-12-02): FlashInfer supports uniform single-token decode graphs only
+        log("EngineCore", "compilation.py:1419", "CUDAGraphMode.FULL is not supported with FlashInferBackend "
+            "backend (support: AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); setting "
+            "cudagraph_mode=FULL_AND_PIECEWISE", "WARNING")
+        mode = "FULL_AND_PIECEWISE"
     if mode in {m.strip() for m in os.environ.get("FAKE_VLLM_FAIL_AT_START", "").split(",") if m.strip()}:
         log("EngineCore", "core.py:1", f"ValueError: fake vLLM refuses cudagraph_mode {mode} "
             "(FAKE_VLLM_FAIL_AT_START)", "ERROR")

@@ -150,3 +150,28 @@ def test_replicas_race_resident_engines_instead_of_restarts(tmp_path: Path) -> N
     one = race_command(load_campaign(H200, ROOT).get("1b-triton"), work=tmp_path, tag="x", python="py",
                        vllm_cmd="v", port=1, root=ROOT)
     assert "--replicas" not in one and one[one.index("--starts") + 1] == "1"
+
+
+def test_the_verdict_table_of_the_first_lease_names_configurations_and_downgrades(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The H200 lease of 2026-12-02 (vLLM 0.33): two 1B configurations are two tables with their own costs, and
+    FULL on FlashInfer, which vLLM ran as the default's mode, is marked and read as an A/A arm."""
+    from tests.support.bench import load_bench
+
+    profiles = ROOT / "models" / "profiles"
+    datasets = [str(profiles / f"cfg-h200-vllm0.33-{c}.sqlite") for c in ("1b-flashinfer", "1b-triton", "8b-triton")]
+    assert load_bench("race_table").main(datasets) == 0
+    out = capsys.readouterr().out
+    assert "LlamaForCausalLM 1.24B attn=FLASHINFER: 7.8 GPU-min, 7 rounds, 28 cells" in out
+    assert "LlamaForCausalLM 1.24B attn=TRITON_ATTN: 8.6 GPU-min, 9 rounds, 34 cells" in out
+    assert "FULL → FULL_AND_PIECEWISE" in out
+    assert "A/A arm (FULL, which vLLM ran as the default's FULL_AND_PIECEWISE) / default: itl_p50 1.028×" in out
+
+
+def test_a_start_beside_others_does_not_own_its_logged_graph_memory() -> None:
+    from graphmode.core.records import lone_start
+
+    assert lone_start({"mode": "FULL"})  # a profile's start
+    assert lone_start({"race_id": "r", "start_wave_engines": 1})  # a restart wave of one
+    assert not lone_start({"race_id": "r", "start_wave_engines": 4})
+    assert not lone_start({"race_id": "r"})  # race rows from before the column: their first wave overlapped

@@ -47,6 +47,10 @@ class FakeNvml:
         return [45, 61][h]
     def nvmlDeviceGetPciInfo(self, h: int) -> Any:
         return SimpleNamespace(busId=[b"00000000:1B:00.0", b"00000000:9A:00.0"][h])
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
+        # GPU 0: an engine core (pid 11, 6 GiB) and a neighbour's (pid 12); GPU 1: the engine core again
+        return [[SimpleNamespace(pid=11, usedGpuMemory=6 * self.GIB), SimpleNamespace(pid=12, usedGpuMemory=self.GIB)],
+                [SimpleNamespace(pid=11, usedGpuMemory=2 * self.GIB), SimpleNamespace(pid=13, usedGpuMemory=None)]][h]
 
 
 class OldBoardNvml(FakeNvml):
@@ -137,3 +141,21 @@ def test_no_nvml_means_no_conditions(monkeypatch: pytest.MonkeyPatch) -> None:
     sampler.stop()
     assert all(v is None for v in sampler.conditions().values())
     assert gpu.pci_bus_id() is None
+
+
+def test_process_memory_counts_only_the_engines_processes_on_visible_gpus(
+        nvml: FakeNvml, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert gpu.process_gpu_gib({10, 11}) == pytest.approx(8.0)  # the API server (10) holds none
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert gpu.process_gpu_gib({11}) == pytest.approx(6.0)
+    # NVML lists none of them (another PID namespace), or no per-process accounting, or no NVML: unknown
+    assert gpu.process_gpu_gib({99}) is None
+    assert gpu.process_gpu_gib(set()) is None
+
+    def unsupported(h: int) -> list[Any]:
+        raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+    monkeypatch.setattr(nvml, "nvmlDeviceGetComputeRunningProcesses", unsupported)
+    assert gpu.process_gpu_gib({11}) is None
+    monkeypatch.setattr(gpu, "pynvml", None)
+    assert gpu.process_gpu_gib({11}) is None

@@ -383,3 +383,29 @@ def test_vllm_override_messages(message: str, mode: str | None) -> None:
     st = parse_startup_log(f"(EngineCore pid=1) WARNING 12-01 10:00:00 [vllm.py:1] {message}", requested_mode="FULL")
     assert st.downgrades == [message]
     assert st.effective_mode == (mode or None)
+
+
+def test_the_h200_model_answers_per_attention_backend() -> None:
+    """vLLM 0.33 races on the H200 (2026-12-02): on TRITON_ATTN PIECEWISE ran ~3× the default's ITL; on
+    FLASHINFER FULL ran as FULL_AND_PIECEWISE. The bundled model says both, and a plain deployment (no backend
+    asked for) is vLLM's own pick there, FLASH_ATTN, not an imputed mix of every raced backend."""
+    base = ["recommend", "--models-dir", str(MODELS), "--gpu", "NVIDIA H200", "--vllm-version", "0.33.0",
+            "--model-path", str(MODELS / "shapes" / "llama-3.2-1b.json"), "--rate", "1", "--input-tokens", "128",
+            "--output-tokens", "128", "--concurrency", "1", "--json"]
+
+    def ask(*extra: str) -> dict[str, Any]:
+        r = CliRunner().invoke(app, [*base, *extra])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+    triton = ask("--vllm-args", "--attention-backend TRITON_ATTN", "--objective", "itl_p50")
+    assert triton["race"]["worse"] and "PIECEWISE" in triton["race"]["worse"]
+    assert "PIECEWISE" not in triton["ties"]
+    itl = {p["mode"]: p["metrics"]["itl_p50"] for p in triton["predictions"]}
+    assert itl["PIECEWISE"] > 2 * itl["FULL_AND_PIECEWISE"]
+    flashinfer = ask("--vllm-args", "--attention-backend FLASHINFER", "--objective", "ttft_p50")
+    assert flashinfer["mode"] != "FULL" and "FULL" not in flashinfer["ties"]
+    assert any("FULL ran as FULL_AND_PIECEWISE" in n for n in flashinfer["notes"])
+    assert any(n.startswith("never recommended for this deployment") and "FULL (" in n for n in flashinfer["notes"])
+    plain = ask("--objective", "ttft_p50")
+    assert not [f for f in plain["confidence"]["imputed"] if f.startswith("attention_backend")]

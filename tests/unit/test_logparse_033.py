@@ -175,3 +175,20 @@ def test_negative_or_garbled_graph_memory() -> None:
     assert parse_startup_log("Graph capturing finished in 7 secs, took -8.25 GiB\n").graph_gib == -8.25
     garbled = parse_startup_log("Graph capturing finished in 7 secs, took --8 GiB\n")
     assert garbled.capture_s is None and garbled.graph_gib is None
+
+
+def test_a_real_flashinfer_start_downgrades_full_as_the_rules_predict() -> None:
+    """vLLM 0.33 on the H200 (2026-12-02, configuration campaign lease 1): FULL asked for with
+    --attention-backend FLASHINFER ran FULL_AND_PIECEWISE; graphmode.selector.compat predicts the same."""
+    from graphmode.selector.compat import deployment_of, resolve
+
+    st = parse_startup_log_file(H200_033 / "llama1b-flashinfer-FULL.log", requested_mode="FULL")
+    assert st.requested_mode == "FULL" and st.effective_mode == "FULL_AND_PIECEWISE"
+    assert st.attention_backend == "FLASHINFER"
+    assert st.downgrades == ["CUDAGraphMode.FULL is not supported with FlashInferBackend backend (support: "
+                             "AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); "
+                             "setting cudagraph_mode=FULL_AND_PIECEWISE"]
+    # it captured what FULL_AND_PIECEWISE captures: both graph kinds, 51 sizes each
+    assert st.capture_labels == ["PIECEWISE", "FULL"] and st.graph_counts == {"PIECEWISE": 51, "FULL": 51}
+    mode, why = resolve("FULL", deployment_of(["--attention-backend", "FLASHINFER"], None, {}))
+    assert mode == st.effective_mode and why

@@ -22,6 +22,8 @@ from graphmode.profiling.runner import ProfileConfig
 from tests.support.bench import load_bench
 from tests.unit.test_runner_fake import FAKE_VLLM, TINY_LLAMA, free_port
 
+ROOT = Path(__file__).resolve().parents[2]
+
 pytestmark = pytest.mark.timeout(120)
 
 W1 = Workload(name="w-decode", rate=10, input=LengthDist(mean=16), output=LengthDist(mean=16))
@@ -153,3 +155,35 @@ def test_cli_race_dry_run_and_bad_flags(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "goodput" in bad.output and "Traceback" not in bad.output
     no_model = CliRunner().invoke(app, [*base])
     assert no_model.exit_code == 2 and "no model" in no_model.output
+
+
+def test_a_mode_vllm_downgrades_is_named_as_what_it_ran(tmp_path: Path, store: ProfileStore) -> None:
+    """FULL on FlashInfer runs FULL_AND_PIECEWISE (vLLM 0.33 on the H200, 2026-12-02): the race, its
+    verdicts, the selector and the campaign's status line say so instead of reading it as FULL."""
+    from graphmode.profiling.campaign import load_campaign, status_line
+    from graphmode.selector.verdicts import race_decision, race_verdicts
+
+    config = race_config(tmp_path, [CudaGraphMode.FULL], max_rounds=3)
+    config.profile.vllm_args += ["--attention-backend", "FLASHINFER"]
+    racer = Racer(config, store)
+    summary = racer.run()
+    assert summary.runs_as == {"FULL": "FULL_AND_PIECEWISE"}
+    assert any(line.startswith("FULL ") and "runs as FULL_AND_PIECEWISE (vLLM downgraded it)" in line
+               for line in summary.lines())
+    rows = store.race_rows(racer.key)
+    full = [r for r in rows if r["race_arm"] == "FULL"]
+    assert full and all(r["requested_mode"] == "FULL" and r["effective_mode"] == "FULL_AND_PIECEWISE" for r in full)
+    # both engines started in one wave: vLLM's graph GiB is then device-wide, the rows say so
+    assert {r["start_wave_engines"] for r in rows} == {2}
+    verdicts = race_verdicts(rows)
+    assert verdicts and all(v.runs_as == "FULL_AND_PIECEWISE" for v in verdicts)
+    shape = verdicts[0].shape
+    answer = race_decision(verdicts, shape, "itl_p50", {}, ["FULL", DEFAULT_ARM], {}, weighted=False)
+    assert answer is None  # no other arm: nothing this race says about FULL
+    better = verdicts[0].model_copy(update={"verdict": "better", "ratio": 0.8, "starts": 2, "metric": "itl_p50",
+                                            "workload": None})
+    answer = race_decision([better], shape, "itl_p50", {}, ["FULL", DEFAULT_ARM], {}, weighted=False)
+    assert answer is None, "a downgraded arm's 'better' must not pick the mode it is named after"
+    camp = load_campaign(ROOT / "bench" / "gpu" / "configs" / "h200-0.33.yaml", ROOT)
+    line = status_line(camp.get("1b-flashinfer"), tmp_path / "race.sqlite", "", 0)
+    assert "downgraded by vLLM: FULL runs as FULL_AND_PIECEWISE" in line

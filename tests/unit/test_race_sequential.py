@@ -60,7 +60,9 @@ def test_interval_is_scipys_t_interval() -> None:
 
 def test_delta_and_confidence_are_settings() -> None:
     ys = logs(1.05, 1.06, 1.04, 1.05)
-    assert decide(ys, RULE).verdict == "worse"
+    assert decide(ys, SequentialRule(delta=0.03, start_margin=0.0)).verdict == "worse"
+    # rounds of one start each: 5% is within what a start alone moves (the start margin)
+    assert decide(ys, RULE).verdict == "undecided" and "not past the start margin (1.138)" in decide(ys, RULE).why
     assert decide(ys, SequentialRule(delta=0.10)).verdict == "equivalent"
     with pytest.raises(ValueError):
         SequentialRule(delta=0)
@@ -163,3 +165,26 @@ def test_per_workload_verdicts_are_bonferroni_corrected() -> None:
     v = arm_verdicts(t, "FULL", ["itl_p50"], RULE, ["a", "b", "c", "d", "e"])
     assert decide(logs(*ratios), RULE).verdict == "better"
     assert v.by_workload[("itl_p50", "a")].verdict == "undecided"
+
+
+def test_one_start_per_arm_takes_worse_only_past_the_start_margin() -> None:
+    """With one start each the rounds' interval cannot hold the start effect: a steady 1.2× is "worse" on ITL
+    (past ln 1.03 + 0.10) but not on TTFT (ln 1.03 + 0.20), where an A/A arm on the H200 read 1.228×; a 1.4×
+    is "worse" on both."""
+    def table(ratio: float) -> RoundTable:
+        t = RoundTable()
+        for rnd in range(8):
+            wobble = 1 + 0.002 * (rnd % 3)
+            t.add(DEFAULT_ARM, rnd, "w", {"itl_p50": 0.002, "ttft_p50": 0.02}, start="d1")
+            t.add("FULL", rnd, "w", {"itl_p50": 0.002 * ratio * wobble, "ttft_p50": 0.02 * ratio * wobble},
+                  start="f1")
+        return t
+
+    rule = SequentialRule(min_starts=1)
+    mild = arm_verdicts(table(1.2), "FULL", ["itl_p50", "ttft_p50"], rule)
+    assert mild.pooled["itl_p50"].verdict == "worse"
+    assert mild.pooled["ttft_p50"].verdict == "undecided"
+    clear = arm_verdicts(table(1.4), "FULL", ["itl_p50", "ttft_p50"], rule)
+    assert clear.pooled["itl_p50"].verdict == clear.pooled["ttft_p50"].verdict == "worse"
+    # a better from one start is still a verdict (the selector wants a second start before acting on it)
+    assert arm_verdicts(table(0.8), "FULL", ["itl_p50"], rule).pooled["itl_p50"].verdict == "better"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -158,6 +159,12 @@ class StartupInfo(_Flat):
     )
     non_default_args: dict[str, Any] | None = None
     gpu_uuid: str | None = Field(None, description="NVML UUID of the GPU this engine start ran on")
+    start_wave_engines: int | None = Field(
+        None, description="engines started side by side with this one on its GPU, itself included (a race's start "
+        "wave); above 1, graph_gib (a device-wide free-memory difference) measured the neighbours too")
+    engine_gpu_gib: float | None = Field(
+        None, description="GPU memory NVML charges to this engine's processes once it is healthy and idle; with the "
+        "KV cache fixed per engine, the difference between two modes is their graphs' (valid in a start wave)")
 
 
 class Fingerprint(_Flat):
@@ -279,3 +286,13 @@ class CellRecord(_Flat):
                 self.fingerprint.vllm_args, {}, None, self.startup,
                 shape=self.fingerprint.model_dump(), strict=False)
         return self
+
+
+def lone_start(row: Mapping[str, Any]) -> bool:
+    """Whether a row's engine started alone on its GPU, so that vLLM's logged graph memory (a device-wide
+    free-memory difference) is its own: a profile's start, or a race start recorded as a wave of one. Race
+    rows from before ``start_wave_engines`` was recorded count as overlapped (their first wave always was)."""
+    wave = row.get("start_wave_engines")
+    if row.get("race_id"):
+        return wave == 1
+    return wave in (None, 1)

@@ -387,6 +387,11 @@ def status_line(c: CampaignConfig, dataset: Path, race_out: str, rc: int) -> str
     verdicts = [" ".join(g for g in m.groups() if g) for m in (_VERDICT.match(ln) for ln in last) if m]
     if verdicts:
         text += "; " + ", ".join(verdicts)
+    ran = sorted({(str(r.get("race_arm")), str(r["effective_mode"])) for r in ok
+                  if r.get("effective_mode") and r.get("requested_mode")
+                  and r["effective_mode"] != r["requested_mode"]})
+    if ran:  # vLLM ran another mode than asked: that arm's verdicts are not about the mode it is named after
+        text += "; downgraded by vLLM: " + ", ".join(f"{a} runs as {m}" for a, m in ran)
     if arms:
         text += "; failed arms: " + "; ".join(f"{a}: {failed[a]}" for a in arms)
     return text

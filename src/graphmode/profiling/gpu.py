@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Collection
 from typing import Any
 
 try:
@@ -173,6 +174,34 @@ class MemorySampler:
             "gpu_power_w_mean": mean(self._power), "gpu_util_pct_mean": mean(self._util),
             "gpu_temp_c_max": max(self._temp, default=None),
         }
+
+
+def process_gpu_gib(pids: Collection[int]) -> float | None:
+    """GPU memory NVML charges to *pids* on the visible GPUs, in GiB; None without NVML, or when NVML lists
+    none of them (a container's PID namespace can hide them).
+
+    Why this and not vLLM's "Graph capturing finished ..., took X GiB": that is the device's free memory
+    before minus after the capture, so engines starting side by side on one GPU (a race's start wave) read
+    each other's allocations in it (-5.6 to +16 GiB for a 1B model on the H200). A process's own memory is
+    its own whoever else starts, and with the KV cache fixed per engine (``--kv-cache-memory-bytes``) the
+    difference between two modes' engines is what their graphs (and compiled code) take.
+    """
+    if not pids or not _init():
+        return None
+    total, seen = 0, False
+    try:
+        for i in visible_indices():
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                used = getattr(proc, "usedGpuMemory", None)
+                if proc.pid in pids and isinstance(used, int):
+                    total, seen = total + used, True
+    except Exception:  # NVML without per-process accounting (NVMLError_NotSupported, ...)
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+    return round(total / _GIB, 3) if seen else None
 
 
 def pci_bus_id() -> str | None:

@@ -68,6 +68,11 @@ def _tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+def tree_pids(pid: int | None) -> set[int]:
+    """``pid`` and its descendants (vLLM's API server and the engine core that holds the GPU memory)."""
+    return {p.pid for p in _tree(pid)} if pid is not None else set()
+
+
 def _cpu_s(p: psutil.Process) -> float | None:
     try:
         t = p.cpu_times()

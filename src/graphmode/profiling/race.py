@@ -124,9 +124,9 @@ from graphmode.core.fingerprint import build_fingerprint, torch_version_of
 from graphmode.core.modes import DEFAULT_MODE, CudaGraphMode
 from graphmode.core.records import CellRecord, Fingerprint, RaceInfo, StartupInfo
 from graphmode.profiling.engine import VllmServer
-from graphmode.profiling.gpu import MemorySampler
+from graphmode.profiling.gpu import MemorySampler, process_gpu_gib
 from graphmode.profiling.grid import Workload
-from graphmode.profiling.hostload import Counters, counters, usage
+from graphmode.profiling.hostload import Counters, counters, tree_pids, usage
 from graphmode.profiling.race_design import next_workload, race_cell, spread_order
 from graphmode.profiling.race_fit import check_fit
 from graphmode.profiling.race_rounds import (
@@ -257,6 +257,9 @@ class RaceSummary:
     failures: dict[str, str] = field(default_factory=dict)  # arms whose every engine failed
     replica_failures: dict[str, str] = field(default_factory=dict)  # ARM/rN -> why (replicas > 1)
     open_reasons: dict[str, dict[str, str]] = field(default_factory=dict)  # arm -> metric -> why undecided
+    # arm -> the mode vLLM ran instead of the one asked for (FULL on FlashInfer runs FULL_AND_PIECEWISE):
+    # such an arm's verdicts compare that mode, an A/A comparison where it is the default's
+    runs_as: dict[str, str] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         """A plain verdict table, one line per (arm, metric)."""
@@ -264,7 +267,9 @@ class RaceSummary:
         for arm, v in sorted(self.verdicts.items()):
             for metric, d in v.pooled.items():
                 why = self.open_reasons.get(arm, {}).get(metric)
-                out.append(f"{arm:<20} {metric:<9} {d.describe()}" + (f" — {why}" if why else ""))
+                ran = self.runs_as.get(arm)
+                note = f" — runs as {ran} (vLLM downgraded it)" if ran else ""
+                out.append(f"{arm:<20} {metric:<9} {d.describe()}" + (f" — {why}" if why else "") + note)
         for arm, reason in sorted(self.failures.items()):
             out.append(f"{arm:<20} FAILED    {reason.splitlines()[0] if reason else ''}")
         for label, reason in sorted(self.replica_failures.items()):
@@ -494,6 +499,8 @@ class Racer:
         if c.replicas > 1:
             summary.replica_failures = {e.label: e.failure for e in self.engines if e.state == "failed" and e.failure}
         summary.open_reasons = self._open_reasons(summary.verdicts, summary.stop_reason)
+        summary.runs_as = {e.name: ran for e in self.engines
+                           if (ran := e.startup.effective_mode) and ran != e.mode.value}
         return summary
 
     def _first_starts(self, t0: float, summary: RaceSummary) -> str:
@@ -616,6 +623,12 @@ class Racer:
         for t in threads:
             t.join()
         wall_s = round(time.time() - wave_t0, 1)
+        if not compile_only:
+            for arm in arms:
+                if arm.state == "live" and arm.server is not None:
+                    # every engine of the wave is up and idle: each one's own memory, not the device's
+                    arm.startup.start_wave_engines = len(arms)
+                    arm.startup.engine_gpu_gib = process_gpu_gib(tree_pids(arm.server.pid))
         if compile_only:
             summary.compile_starts += len(arms)
             summary.compile_wall_s += wall_s

@@ -29,9 +29,9 @@ from graphmode.core.settings import Settings
 from graphmode.profiling.arrivals import plan_requests
 from graphmode.profiling.engine import VllmServer
 from graphmode.profiling.features import compute_features, compute_step_sizes
-from graphmode.profiling.gpu import MemorySampler, gpu_facts, pci_bus_id
+from graphmode.profiling.gpu import MemorySampler, gpu_facts, pci_bus_id, process_gpu_gib
 from graphmode.profiling.grid import Workload
-from graphmode.profiling.hostload import counters, cpu_model, python_probe_ms, usage
+from graphmode.profiling.hostload import counters, cpu_model, python_probe_ms, tree_pids, usage
 from graphmode.profiling.loadgen import run_load
 from graphmode.profiling.metrics import MetricsSnapshot, parse_metrics
 from graphmode.profiling.placement import placement
@@ -209,6 +209,8 @@ class Profiler:
             self._fail_rest(mode, cells, StartupInfo(), fingerprint, exc, summary)
             return
         startup.gpu_uuid = self.gpu.get("gpu_uuid")
+        startup.start_wave_engines = 1
+        startup.engine_gpu_gib = process_gpu_gib(tree_pids(server.pid))
         try:
             summary.startup_s[mode.value] = startup.startup_s
             self.reporter.mode_started(mode, startup)

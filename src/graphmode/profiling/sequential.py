@@ -51,10 +51,13 @@ Rules, with margin ``δ`` (default 3%), after at least ``min_rounds`` (default 3
     ``--starts``), and at least two of each whenever the rounds as a whole have two. From fewer (or from two
     blocks without an A/A arm), only "worse" is taken, on the per-round interval and with the start's
     possible share added to the margin: the lower bound must clear ``ln(1 + δ) + start_margin`` (default
-    0.10 ≈ ln(1/0.903), the H200 A/A arm's start effect). That stops clearly slower modes (NONE, PIECEWISE)
-    before they cost a restart, while a mode that only drew a slow start stays in the race: simulated A/A
-    races with a start effect of 7% per start were called "worse" from their first start in a third of
-    races without the allowance.
+    0.10 ≈ ln(1/0.903), the H200 A/A arm's start effect on ITL; the race takes 0.20 for TTFT,
+    :data:`graphmode.profiling.race_rounds.TTFT_START_MARGIN`). The margin holds for every "worse" without an
+    interval over starts, one start per arm asked for included: with one start each, an A/A arm read
+    "worse" on TTFT (1.228× [1.05–1.43], 6 rounds; H200, vLLM 0.33, 2026-12-02). That stops clearly slower
+    modes (NONE, PIECEWISE) before they cost a restart, while a mode that only drew a slow start stays in
+    the race: simulated A/A races with a start effect of 7% per start were called "worse" from their first
+    start in a third of races without the allowance.
 
 A verdict is taken at the first round whose interval crosses a boundary and then stands
 (:func:`sequential_decision`). Every round is a look at the data, so the nominal error rates hold per
@@ -249,7 +252,10 @@ def decide(log_ratios: Sequence[float], rule: SequentialRule = SequentialRule(),
                      f"({starts} so far)")
     up, down = math.log1p(rule.delta), math.log1p(-rule.delta)
     ratio, rlo, rhi = math.exp(mean), math.exp(lo), math.exp(hi)
-    worse_at = up if allow else up + rule.start_margin  # too few starts: the start may be all of it
+    # without an interval over starts the start may be all of it, so "worse" must clear the start margin
+    # even where one start per arm was asked for: an A/A arm (FULL, which vLLM ran as the default on
+    # FlashInfer; H200, 2026-12-02) read TTFT 1.228x [1.05-1.43] from one start each
+    worse_at = up if iv is not None else up + rule.start_margin
     if lo > worse_at:
         extra = "" if allow else f" and the start margin ({math.exp(worse_at):.3f}, {k} start blocks)"
         return Decision("worse", n, ratio, rlo, rhi, f"{pct} interval above 1+δ ({1 + rule.delta:.3f}){extra}",
@@ -265,6 +271,9 @@ def decide(log_ratios: Sequence[float], rule: SequentialRule = SequentialRule(),
         return settled if allow else Decision("undecided", n, ratio, rlo, rhi,
                                               f"{note}; one start reads {settled.verdict}", starts, k)
     why = _open_reason(lo, hi, up, down)
+    if lo > up:  # past 1+δ, short of the start margin
+        why = (f"interval above 1+δ but not past the start margin ({math.exp(worse_at):.3f}): without an "
+               "interval over starts, one engine start may be all of it")
     return Decision("undecided", n, ratio, rlo, rhi, why if allow else f"{why}; {note}", starts, k)
 
 

@@ -26,6 +26,7 @@ import numpy as np
 from graphmode.core.dataset import ProfileStore
 from graphmode.core.errors import DatasetError
 from graphmode.core.modes import ALL_MODES, DEFAULT_MODE, parse_mode
+from graphmode.core.records import lone_start
 from graphmode.report.configs import Configuration, configurations
 from graphmode.selector.aggregate import (
     ITL_COALESCED_RATIO,
@@ -607,7 +608,9 @@ def _shape_view(
                 v = ts.const_mean[ts.shape_keys.index(skey), ts.modes.index(m), ts.constants.index(c)]
                 constants[m][c] = float(v) if math.isfinite(v) else None
             else:
-                vals = [v for v in (finite_number(r.get(c)) for r in per_start.values()) if v is not None]
+                # a start beside others (a race's wave) reads their memory in vLLM's graph GiB: lone starts only
+                alone = [r for r in per_start.values() if c != "graph_gib" or lone_start(r)]
+                vals = [v for v in (finite_number(r.get(c)) for r in alone) if v is not None]
                 if not vals and m == "NONE" and c in ("capture_s", "graph_gib"):
                     vals = [0.0]  # NONE captures no graphs (as the selector counts it)
                 constants[m][c] = float(np.mean(vals)) if vals else None

@@ -10,7 +10,7 @@ card says. What neither proves stays unknown, and the answer says so.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,28 @@ def deployment_shape(shape: Mapping[str, Any] | None, deployment: DeploymentConf
             for s in trained):
         fields["attention_backend_requested"] = False
     return {**(shape or {}), **fields}
+
+
+def with_auto_backend(shape: Mapping[str, Any], trained: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """A target that asks for no attention backend runs vLLM's own pick: the one every trained shape that
+    asked for none resolved to (FLASH_ATTN for these models on the H200), when they agree. Without this,
+    a model trained on FLASHINFER and TRITON_ATTN races too would impute every backend column for a plain
+    deployment and lower its confidence."""
+    out = dict(shape)
+    if out.get("attention_backend") is not None or out.get("attention_backend_requested"):
+        return out
+    picks = {str(s["attention_backend"]) for s in trained
+             if s.get("attention_backend") and not s.get("attention_backend_requested")}
+    if len(picks) != 1:
+        return out
+    out["attention_backend"], out["attention_backend_requested"] = picks.pop(), False
+    unknown = out.get("deployment_unknown")
+    if isinstance(unknown, list):
+        out["deployment_unknown"] = [u for u in unknown if u != "attention_backend"]
+    else:  # a shape from a config.json alone: only the backend becomes known
+        out["deployment_unknown"] = ["max_model_len", "max_num_seqs", "num_active_params_b", "quantization",
+                                     "speculative", "tensor_parallel_size"]
+    return out
 
 
 def deployment_warning(target: Mapping[str, Any], trained: list[dict[str, Any]]) -> str | None:

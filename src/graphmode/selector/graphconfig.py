@@ -57,6 +57,11 @@ def complete(rec: Recommendation, *, step_sizes: StepSizes | None = None, vllm_a
         notes.append(f"{mode} is not recommended for this deployment: {blocked[mode]}. Recommending {new}, "
                      "the best mode vLLM runs as asked here")
         mode = new
+    elif blocked:
+        notes.append("never recommended for this deployment, since vLLM would not run them as asked: "
+                     + "; ".join(f"{m} ({why})" for m, why in sorted(blocked.items())))
+    ties = [m for m in rec.ties if m not in blocked]
+    predictions = [p.model_copy(update={"tied": False}) if p.mode in blocked else p for p in rec.predictions]
     capture: CaptureAnswer | None = None
     if step_sizes is not None and mode != "NONE":
         if costs is None and model_folder is not None:
@@ -82,7 +87,7 @@ def complete(rec: Recommendation, *, step_sizes: StepSizes | None = None, vllm_a
     text = json.dumps(cc, separators=(",", ":"))
     return rec.model_copy(update={
         "mode": mode, "compilation_config": text, "vllm_args": ["--compilation-config", text],
-        "notes": notes, "capture": capture,
+        "notes": notes, "capture": capture, "ties": ties, "predictions": predictions,
     })
 
 

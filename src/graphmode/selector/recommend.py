@@ -33,6 +33,7 @@ from graphmode.core.records import Fingerprint, ObservedFeatures
 from graphmode.selector.artifacts import load_artifact
 from graphmode.selector.capture import CaptureAnswer
 from graphmode.selector.card import ARTIFACT_FILE, ModelCard
+from graphmode.selector.deployments import with_auto_backend
 from graphmode.selector.describe import WorkloadDescription, describe_features
 from graphmode.selector.featurize import ARCH_FIELD, SHAPE_FEATURES, shape_key
 from graphmode.selector.frontend import frontend_note
@@ -165,7 +166,8 @@ class Recommender:
         for v in card.paired:
             if v.decisive:
                 self._paired[(v.shape, v.metric)].append(v)
-        self._shape = self._target_shape(target)
+        shape = self._target_shape(target)
+        self._shape = with_auto_backend(shape, card.shapes) if shape is not None else None
         self._const_rows = self._constants_for(self._shape)
         e2e = "e2e_p50" in self.metrics
         self._e2e_col = self.metrics.index("e2e_p50") if e2e else None
@@ -259,7 +261,7 @@ class Recommender:
             return hit
         other = copy.copy(self)
         other._shape_warning = None
-        other._shape = {k: shape.get(k) for k in _TARGET_SHAPE_KEYS}
+        other._shape = with_auto_backend({k: shape.get(k) for k in _TARGET_SHAPE_KEYS}, self.card.shapes)
         other._check_shape(other._shape)
         other._const_rows = other._constants_for(other._shape)
         if len(self._by_shape) >= SHAPE_CACHE:
@@ -279,7 +281,7 @@ class Recommender:
 
         trained = trained_configurations(self.card, self.folder)
         other = copy.copy(self)
-        other._shape = deployment_shape(self._shape, deployment, trained)
+        other._shape = with_auto_backend(deployment_shape(self._shape, deployment, trained), trained)
         other._deployment_warning = deployment_warning(other._shape, trained)
         other._const_rows = other._constants_for(other._shape)
         return other
@@ -508,6 +510,8 @@ class Recommender:
         # The gain is on the metric the caller asked about; the weighted score's gain is reported apart.
         gain = relative_gain(ranking.scores[best].value, default_value, obj.metric)
         score_gain = relative_gain(chosen_score, default_score, obj.metric)
+        # a mode the race found worse than the default on this metric is no tie, whatever the regressors say
+        ties = [m for m in ranking.ties if race is None or m not in race.worse]
         preds = [
             ModePrediction(
                 mode=m,
@@ -517,7 +521,7 @@ class Recommender:
                 noise=s.noise,
                 status=s.status,
                 violations=s.violations,
-                tied=m in ranking.ties,
+                tied=m in ties,
             )
             for m in ranking.order
             if (s := ranking.scores[m]) is not None
@@ -536,7 +540,7 @@ class Recommender:
             score_gain_vs_default_pct=score_gain,
             gain_significant=(race.basis == "better" and best == race.mode) if race is not None
             else self.default_mode not in ranking.ties and best != self.default_mode,
-            ties=ranking.ties,
+            ties=ties,
             constraints_met=ranking.constraints_met,
             predictions=preds,
             confidence=conf,

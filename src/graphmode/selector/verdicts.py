@@ -75,13 +75,16 @@ class RaceVerdict(BaseModel):
     features: dict[str, float] = Field(default_factory=dict, description="region: the default's observed features")
     starts: int = Field(1, ge=1, description="engine starts behind the verdict's rounds (the fewer of mode and "
                                                "default)")
+    runs_as: str | None = Field(None, description="the mode vLLM ran for this arm when it is not the one asked "
+                                                  "for (a silent downgrade): the verdict is about that mode")
 
     def cell(self) -> str:
         """A table cell: ``better 0.768× [0.62–0.95] n=8 s=1`` (rounds n, engine starts s)."""
+        ran = f" (ran as {self.runs_as})" if self.runs_as else ""
         if self.ratio is None:
-            return f"{self.verdict} (n={self.rounds})"
+            return f"{self.verdict} (n={self.rounds}){ran}"
         ci = f" [{self.lo:.2f}–{self.hi:.2f}]" if self.lo is not None and self.hi is not None else ""
-        return f"{self.verdict} {self.ratio:.3f}×{ci} n={self.rounds} s={self.starts}"
+        return f"{self.verdict} {self.ratio:.3f}×{ci} n={self.rounds} s={self.starts}{ran}"
 
     def describe(self) -> str:
         where = f" on {self.workload}" if self.workload else ""
@@ -108,8 +111,10 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = Sequ
                                                      for r in shape_rows}))}
         table = RoundTable()
         feats: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        ran: dict[str, set[str]] = defaultdict(set)
         for r in shape_rows:
             arm = str(r["race_arm"])
+            ran[arm].add(str(r.get("effective_mode") or r.get("race_requested_mode") or r.get("mode") or arm))
             # a start is (race, start id): rows without a start id count as one start per race
             table.add(arm, index[(str(r.get("race_id")), int(r["race_round"]))], str(r["workload"]),
                       {m: r.get(m) for m in metrics}, start=f"{r.get('race_id')}/{r.get('race_start_id') or ''}")
@@ -122,21 +127,24 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = Sequ
             if arm == DEFAULT_ARM:
                 continue
             v = arm_verdicts(table, arm, metrics, rule)
+            # every start of the arm ran one other mode than its name (CONTROL is named for no mode)
+            runs_as = next(iter(ran[arm])) if arm != CONTROL_ARM and len(ran[arm]) == 1 \
+                and next(iter(ran[arm])) != arm else None
             for metric, d in v.pooled.items():
-                out.append(_verdict(shape, arm, metric, None, d, rule, {}))
+                out.append(_verdict(shape, arm, metric, None, d, rule, {}, runs_as))
             for (metric, workload), d in sorted(v.by_workload.items()):
                 if d.n:
                     region = {f: float(sum(xs) / len(xs)) for f, xs in feats[workload].items() if xs}
-                    out.append(_verdict(shape, arm, metric, workload, d, rule, region))
+                    out.append(_verdict(shape, arm, metric, workload, d, rule, region, runs_as))
     return out
 
 
 def _verdict(shape: str, arm: str, metric: str, workload: str | None, d: Decision, rule: SequentialRule,
-             features: dict[str, float]) -> RaceVerdict:
+             features: dict[str, float], runs_as: str | None = None) -> RaceVerdict:
     # starts behind the verdict: the rounds up to its first crossing (the fewer of the mode's and the default's)
     return RaceVerdict(shape=shape, mode=arm, metric=metric, workload=workload, verdict=d.verdict, rounds=d.n,
                        ratio=d.ratio, lo=d.lo, hi=d.hi, delta=rule.delta, confidence=rule.confidence, why=d.why,
-                       features=features, starts=max(1, d.starts))
+                       features=features, starts=max(1, d.starts), runs_as=runs_as)
 
 
 class EquivalentMode(BaseModel):
@@ -197,11 +205,17 @@ def race_decision(
     for this shape and metric: a "better" verdict from one start per arm needs that to be acted on.
     """
     mine = [v for v in verdicts if v.shape == shape and v.metric == metric and v.mode != CONTROL_ARM]
+    notes: list[str] = []
+    # an arm vLLM ran as another mode measured that mode: it is neither evidence for nor a candidate of its name
+    downgraded = sorted({(v.mode, v.runs_as) for v in mine if v.runs_as})
+    if downgraded:
+        notes.append("race: " + "; ".join(f"{m} ran as {r} on this deployment (vLLM downgraded it), so its rounds "
+                                          f"say nothing about {m}" for m, r in downgraded))
+        mine = [v for v in mine if not v.runs_as]
     pooled = {v.mode: v for v in mine if v.workload is None}
     if not pooled:
         return None
     ok = set(allowed) if allowed is not None else None
-    notes: list[str] = []
     chosen: dict[str, RaceVerdict] = dict(pooled)
     region: str | None = None
     regions = [v for v in mine if v.workload is not None and v.features]
@@ -224,8 +238,8 @@ def race_decision(
         if v.starts >= 2 or v.mode in backed:
             better.append(v)
             continue
-        aa = next((a for a in verdicts if a.shape == shape and a.metric == metric and a.mode == CONTROL_ARM
-                   and a.workload is None and a.ratio is not None), None)
+        aa = next((a for a in verdicts if a.shape == shape and a.metric == metric and a.workload is None
+                   and a.ratio is not None and (a.mode == CONTROL_ARM or a.runs_as == default_mode)), None)
         spread = f"; this shape's A/A arm put two starts of the default {aa.ratio:.2f}× apart" if aa else ""
         notes.append(f"race: {v.describe()}, but from one engine start each and no other paired comparison "
                      f"agrees{spread}: not acted on until a second start does")
