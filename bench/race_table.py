@@ -60,6 +60,38 @@ def aa_line(pooled: dict[tuple[str, str], RaceVerdict], metrics: list[str]) -> s
     return f"A/A arm ({what}) / default: " + "; ".join(parts)
 
 
+def start_line(rows: list[dict[str, object]]) -> str | None:
+    """Per arm, the mean over its starts of the engine's own GPU memory (NVML, ``engine_gpu_gib``; with the KV
+    cache fixed per engine, an arm's difference to the default is its graphs') and of its start-up seconds
+    in its start wave; None when no row has the memory (rows from before 2026-12-02, or a host whose NVML
+    lists no engine process)."""
+    per: dict[str, dict[str, tuple[float | None, float | None, int | None]]] = defaultdict(dict)
+    for r in rows:
+        if r.get("status") == "ok" and r.get("race_arm") and r.get("race_start_id"):
+            gib, up, wave = r.get("engine_gpu_gib"), r.get("startup_s"), r.get("start_wave_engines")
+            per[str(r["race_arm"])][str(r["race_start_id"])] = (
+                float(gib) if isinstance(gib, int | float) else None,
+                float(up) if isinstance(up, int | float) else None, wave if isinstance(wave, int) else None)
+
+    def mean(xs: list[float | None]) -> float | None:
+        got = [x for x in xs if x is not None]
+        return sum(got) / len(got) if got else None
+
+    gib = {arm: mean([g for g, _, _ in starts.values()]) for arm, starts in per.items()}
+    if not any(v is not None for v in gib.values()):
+        return None
+    base = gib.get(DEFAULT)
+    parts = []
+    for arm in sorted(per, key=lambda a: (a != DEFAULT, a)):
+        g, up = gib[arm], mean([u for _, u, _ in per[arm].values()])
+        waves = sorted({w for _, _, w in per[arm].values() if w is not None})
+        delta = f" ({g - base:+.2f} vs default)" if g is not None and base is not None and arm != DEFAULT else ""
+        parts.append(f"{arm} {'-' if g is None else f'{g:.2f}'} GiB{delta}, start-up "
+                     f"{'-' if up is None else f'{up:.0f}'} s" + (f" in waves of {'/'.join(map(str, waves))}"
+                                                                 if waves else ""))
+    return "engine GPU memory (NVML, the engine's own processes) and start-up per arm: " + "; ".join(parts)
+
+
 def mode_label(mode: str, pooled: dict[tuple[str, str], RaceVerdict]) -> str:
     """``FULL → FULL_AND_PIECEWISE`` for an arm vLLM ran as another mode (a silent downgrade)."""
     ran = next((v.runs_as for (m, _), v in pooled.items() if m == mode and v.runs_as), None)
@@ -96,9 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     releases = len(by_release) > 1
     names: dict[tuple[str, str], str] = {}
     by_shape: dict[tuple[str, str], list[RaceVerdict]] = defaultdict(list)
+    shape_rows: dict[tuple[str, str], list[dict[str, object]]] = defaultdict(list)
     for release, group in by_release.items():
         for r in group:
             names[(shape_key(shape_of_row(r)), release)] = _shape_name(r) + (f", vLLM {release}" if releases else "")
+            shape_rows[(shape_key(shape_of_row(r)), release)].append(r)
         for v in race_verdicts(group, rule, metrics):
             by_shape[(v.shape, release)].append(v)
     costs = {c.shape: c for path in args.datasets for c in dataset_costs(path) if c.kind == "race"}
@@ -115,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         out += table(["mode", *metrics],
                      [[mode_label(m, pooled), *(cell(pooled.get((m, k))) for k in metrics)] for m in modes],
                      args.markdown)
+        memory = start_line(shape_rows[shape])
+        if memory:
+            out += ["", memory]
         if args.workloads:
             per = {(v.mode, v.metric, v.workload): v for v in vs if v.workload is not None}
             loads = sorted({w for _, _, w in per if w})

@@ -175,3 +175,22 @@ def test_a_start_beside_others_does_not_own_its_logged_graph_memory() -> None:
     assert lone_start({"race_id": "r", "start_wave_engines": 1})  # a restart wave of one
     assert not lone_start({"race_id": "r", "start_wave_engines": 4})
     assert not lone_start({"race_id": "r"})  # race rows from before the column: their first wave overlapped
+
+
+def test_the_verdict_table_adds_each_arms_own_gpu_memory_when_recorded() -> None:
+    from tests.support.bench import load_bench
+
+    race_table = load_bench("race_table")
+
+    def row(arm: str, start: str, gib: float | None, up: float) -> dict[str, object]:
+        return {"status": "ok", "race_arm": arm, "race_start_id": start, "engine_gpu_gib": gib, "startup_s": up,
+                "start_wave_engines": 2}
+
+    rows = [row("FULL_AND_PIECEWISE", "r:FULL_AND_PIECEWISE:1", 12.5, 80.0),
+            row("FULL_AND_PIECEWISE", "r:FULL_AND_PIECEWISE:1", 12.5, 80.0),  # a second cell of the same start
+            row("FULL", "r:FULL:1", 12.2, 70.0), row("FULL", "r:FULL:2", 12.4, 74.0)]
+    line = race_table.start_line(rows)
+    assert line is not None
+    assert "FULL_AND_PIECEWISE 12.50 GiB, start-up 80 s in waves of 2" in line
+    assert "FULL 12.30 GiB (-0.20 vs default), start-up 72 s" in line
+    assert race_table.start_line([row("FULL", "r:FULL:1", None, 70.0)]) is None  # no memory recorded: no line

@@ -146,7 +146,9 @@ def test_false_better_rate_with_a_planted_start_effect() -> None:
 def test_worse_from_one_start_needs_the_start_margin() -> None:
     ys = [math.log(1.09), math.log(1.08), math.log(1.085), math.log(1.09)]  # 8.6% slower, one start each
     bs: list[Block] = [("A1", "D1")] * 4
-    assert decide(ys, RULE, bs).verdict == "worse"  # --starts 1: the old rule
+    # --starts 1 too (since 2026-12-02): one start each may be all of 8.6%, as an A/A arm's 1.23× TTFT showed
+    one = decide(ys, RULE, bs)
+    assert one.verdict == "undecided" and "not past the start margin" in one.why
     held = decide(ys, SequentialRule(min_starts=2), bs)
     assert held.verdict == "undecided" and "needs 2 engine starts" in held.why
     slow = [math.log(1.6), math.log(1.55), math.log(1.62)]  # NONE-like: out after its first start
