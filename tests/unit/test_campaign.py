@@ -194,3 +194,15 @@ def test_the_verdict_table_adds_each_arms_own_gpu_memory_when_recorded() -> None
     assert "FULL_AND_PIECEWISE 12.50 GiB, start-up 80 s in waves of 2" in line
     assert "FULL 12.30 GiB (-0.20 vs default), start-up 72 s" in line
     assert race_table.start_line([row("FULL", "r:FULL:1", None, 70.0)]) is None  # no memory recorded: no line
+
+
+def test_the_plan_shows_what_each_configuration_has_raced(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    shutil.copy(ROOT / "models" / "profiles" / "cfg-h200-vllm0.33-1b-triton.sqlite", tmp_path / "t-1b-triton.sqlite")
+    (tmp_path / "t-8b-triton.sqlite").write_bytes(b"not a database")
+    assert main(["plan", str(H200), "--root", str(ROOT), "--profiles", str(tmp_path), "--tag", "t"]) == 0
+    out = capsys.readouterr().out
+    assert "1b-triton [34 ok cells, 9 rounds]" in out
+    assert "8b-triton [unreadable:" in out and "8b-fp8 [not raced]" in out

@@ -160,13 +160,24 @@ def test_cli_race_dry_run_and_bad_flags(tmp_path: Path) -> None:
 def test_a_mode_vllm_downgrades_is_named_as_what_it_ran(tmp_path: Path, store: ProfileStore) -> None:
     """FULL on FlashInfer runs FULL_AND_PIECEWISE (vLLM 0.33 on the H200, 2026-12-02): the race, its
     verdicts, the selector and the campaign's status line say so instead of reading it as FULL."""
+    import io
+
+    from rich.console import Console
+
+    from graphmode.cli.race_view import PlainRaceReporter
     from graphmode.profiling.campaign import load_campaign, status_line
     from graphmode.selector.verdicts import race_decision, race_verdicts
 
     config = race_config(tmp_path, [CudaGraphMode.FULL], max_rounds=3)
     config.profile.vllm_args += ["--attention-backend", "FLASHINFER"]
-    racer = Racer(config, store)
+    log = io.StringIO()
+    racer = Racer(config, store, PlainRaceReporter(Console(file=log, width=400)))
     summary = racer.run()
+    started = [ln for ln in log.getvalue().splitlines() if ": up in " in ln]
+    assert any(ln.startswith("FULL:") and "runs as FULL_AND_PIECEWISE (vLLM downgraded it)" in ln for ln in started)
+    # two engines started together: vLLM's graph figure is device-wide, and there is no NVML on this machine
+    assert all("(device-wide, 1 engine starting beside it)" in ln and "own GPU memory unknown" in ln
+               for ln in started), started
     assert summary.runs_as == {"FULL": "FULL_AND_PIECEWISE"}
     assert any(line.startswith("FULL ") and "runs as FULL_AND_PIECEWISE (vLLM downgraded it)" in line
                for line in summary.lines())

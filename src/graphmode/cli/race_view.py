@@ -132,8 +132,19 @@ class PlainRaceReporter:
 
     def engine_started(self, arm: Arm) -> None:
         st = arm.startup
-        self._p(f"{arm.label}: up in {st.startup_s or 0:.0f} s" +
-                (f", graphs {st.graph_gib} GiB" if st.graph_gib is not None else ""))
+        bits = [f"{arm.label}: up in {st.startup_s or 0:.0f} s"]
+        if st.effective_mode and st.effective_mode != arm.mode.value:
+            bits.append(f"runs as {st.effective_mode} (vLLM downgraded it)")
+        if st.graph_gib is not None:
+            beside = (st.start_wave_engines or 1) - 1
+            bits.append(f"graphs {st.graph_gib} GiB" if beside <= 0 else
+                        f"vLLM's graph GiB {st.graph_gib} (device-wide, {beside} engine{'s' if beside != 1 else ''} "
+                        "starting beside it)")
+        if st.engine_gpu_gib is not None:
+            bits.append(f"its own GPU memory {st.engine_gpu_gib:.2f} GiB")
+        elif st.start_wave_engines is not None:
+            bits.append("its own GPU memory unknown (no NVML, or NVML lists none of its processes)")
+        self._p(", ".join(bits))
 
     def engine_failed(self, arm: Arm) -> None:
         self._p(f"{arm.label}: FAILED: {(arm.failure or '').splitlines()[0] if arm.failure else ''}")

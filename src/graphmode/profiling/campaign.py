@@ -282,13 +282,35 @@ def lease_plan(camp: Campaign) -> list[Lease]:
     return [Lease(i + 1, tuple(cs)) for i, cs in enumerate(leases)]
 
 
-def plan_text(camp: Campaign) -> str:
+def plan_text(camp: Campaign, profiles: Path | None = None, tag: str | None = None) -> str:
+    """The lease plan; with *profiles* and *tag*, each configuration's progress from its committed dataset
+    (``PROFILES/TAG-NAME.sqlite``): what a session reads before it picks the next lease."""
     lines = [f"campaign {camp.name}" + (f" (vLLM {camp.vllm})" if camp.vllm else "")
              + f": {len(camp.configs)} configurations, leases of {camp.lease_min:g} usable GPU-min"]
     for lease in lease_plan(camp):
-        names = " ".join(c.name for c in lease.configs)
+        if profiles is None or tag is None:
+            names = " ".join(c.name for c in lease.configs)
+        else:
+            names = " ".join(f"{c.name} [{progress(profiles / f'{tag}-{c.name}.sqlite')}]" for c in lease.configs)
         lines.append(f"  lease {lease.number} (~{lease.planned_min:g} GPU-min): {names}")
     return "\n".join(lines)
+
+
+def progress(dataset: Path) -> str:
+    """``not raced``, or the ok cells, rounds and GPU-minutes a configuration's dataset holds."""
+    from graphmode.core.dataset import ProfileStore
+
+    if not dataset.exists():
+        return "not raced"
+    try:
+        with ProfileStore(dataset, readonly=True) as store:
+            rows = store.rows()
+    except Exception as exc:  # a broken dataset is reported, not fatal to the plan
+        return f"unreadable: {exc}"
+    ok = [r for r in rows if r.get("status") == "ok"]
+    rounds = {(r.get("race_id"), r.get("race_round")) for r in ok if r.get("race_round") is not None}
+    failed = len(rows) - len(ok)
+    return f"{len(ok)} ok cells, {len(rounds)} rounds" + (f", {failed} failed" if failed else "")
 
 
 def select(camp: Campaign, items: Sequence[str]) -> list[CampaignConfig]:
@@ -428,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
         s = sub.add_parser(name)
         s.add_argument("file")
         s.add_argument("--root", default=".", help="holds models/shapes/ and relative grid paths")
+        if name == "plan":
+            s.add_argument("--tag", help="with it, each configuration's progress from PROFILES/TAG-NAME.sqlite")
+            s.add_argument("--profiles", default="models/profiles", help="where the campaign's datasets are")
         if name in ("names", "run"):
             s.add_argument("items", nargs="+", help="configuration names or @N (lease N)")
         if name == "run":
@@ -442,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "check":
             print(f"campaign {camp.name}: {len(camp.configs)} configurations ok")
         elif a.cmd == "plan":
-            print(plan_text(camp))
+            print(plan_text(camp, Path(a.profiles), a.tag) if a.tag else plan_text(camp))
         elif a.cmd == "names":
             print(" ".join(c.name for c in select(camp, a.items)))
         else:
