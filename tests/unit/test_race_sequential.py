@@ -188,3 +188,28 @@ def test_one_start_per_arm_takes_worse_only_past_the_start_margin() -> None:
     assert clear.pooled["itl_p50"].verdict == clear.pooled["ttft_p50"].verdict == "worse"
     # a better from one start is still a verdict (the selector wants a second start before acting on it)
     assert arm_verdicts(table(0.8), "FULL", ["itl_p50"], rule).pooled["itl_p50"].verdict == "better"
+
+
+def test_an_arm_worse_on_one_metric_and_not_better_on_the_others_is_settled() -> None:
+    """PIECEWISE on the H200 lost 2–3× ITL in three rounds while TTFT stayed short of the start margin:
+    the race stops such an arm instead of racing it to the end of the budget."""
+    def table(ttft: list[float]) -> RoundTable:
+        t = RoundTable()
+        for rnd, tr in enumerate(ttft):
+            t.add(DEFAULT_ARM, rnd, "w", {"itl_p50": 0.002, "ttft_p50": 0.02}, start="d1")
+            t.add("PIECEWISE", rnd, "w", {"itl_p50": 0.006 * (1 + 0.01 * rnd), "ttft_p50": 0.02 * tr}, start="p1")
+        return t
+
+    rule = SequentialRule()
+    slow = arm_verdicts(table([1.20, 1.25, 1.15, 1.22]), "PIECEWISE", ["itl_p50", "ttft_p50"], rule)
+    assert slow.pooled["itl_p50"].verdict == "worse" and slow.pooled["ttft_p50"].verdict == "undecided"
+    assert not slow.decided(["itl_p50", "ttft_p50"]) and slow.settled(["itl_p50", "ttft_p50"], rule.delta)
+    # TTFT could still be better: keep racing
+    open_ = arm_verdicts(table([0.8, 1.3, 0.9, 1.2]), "PIECEWISE", ["itl_p50", "ttft_p50"], rule)
+    assert open_.pooled["itl_p50"].verdict == "worse" and not open_.settled(["itl_p50", "ttft_p50"], rule.delta)
+    # nothing worse: an open metric keeps the arm in the race
+    even = RoundTable()
+    for rnd in range(4):
+        even.add(DEFAULT_ARM, rnd, "w", {"itl_p50": 0.002}, start="d1")
+        even.add("FULL", rnd, "w", {"itl_p50": 0.002 * (1.1 if rnd % 2 else 0.95)}, start="f1")
+    assert not arm_verdicts(even, "FULL", ["itl_p50"], rule).settled(["itl_p50"], rule.delta)

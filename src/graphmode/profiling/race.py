@@ -19,7 +19,8 @@ How
        cell cut before the next engine's cell starts. Each cell is a normal dataset row plus race
        columns (:class:`graphmode.core.records.RaceInfo`).
     3. After each round, the sequential rule (:mod:`graphmode.profiling.sequential`) per (arm, metric) on
-       ``ln(arm / default)``. An arm decided on every metric is stopped (frees the GPU); the default stays.
+       ``ln(arm / default)``. An arm decided on every metric is stopped (frees the GPU); so is one worse on
+       a metric whose intervals on the others rule out "better" (``ArmVerdicts.settled``); the default stays.
     4. Stop when every arm is decided, the design has no open workload, or the GPU-minutes (wall time of
        every session of this race, engine starts included) reach the budget.
 
@@ -468,7 +469,7 @@ class Racer:
                               rounds_before=self.rounds_before)
         verdicts = self.verdicts()
         for arm in self.challengers:
-            if verdicts[arm.name].decided(c.metrics):
+            if verdicts[arm.name].settled(c.metrics, c.rule.delta):
                 for e in self.replicas[arm.name]:
                     e.state, e.stop_reason = "decided", "decided in an earlier session"
         todo = [a for a in self.challengers if a.state == "pending"]
@@ -699,8 +700,10 @@ class Racer:
             self._mark_session(t0)
             verdicts = self.verdicts()
             for arm in self.challengers:
-                if self.arm_state(arm) == "live" and verdicts[arm.name].decided(c.metrics):
-                    self._stop_arm(arm, "decided on every metric", state="decided")
+                v = verdicts[arm.name]
+                if self.arm_state(arm) == "live" and v.settled(c.metrics, c.rule.delta):
+                    self._stop_arm(arm, "decided on every metric" if v.decided(c.metrics) else
+                                   "worse on one metric and not better on the others", state="decided")
             spent = self.prior_gpu_s / 60 + (time.time() - t0) / 60
             self.reporter.round_finished(round_, verdicts, spent)
             if spent < c.budget_min:
@@ -851,6 +854,9 @@ class Racer:
                 failure = self.arm_failure(arm)
                 if failure:
                     why += f"; the engine failed: {failure.splitlines()[0]}"
+                elif not v.decided(v.pooled) and v.settled(v.pooled, self.config.rule.delta):
+                    lost = ", ".join(m for m, x in v.pooled.items() if x.verdict == "worse")
+                    why += f"; arm stopped: worse on {lost} and not better here"
                 elif stop_reason:
                     why += f"; race stopped: {stop_reason}"
                 out.setdefault(arm.name, {})[metric] = why

@@ -105,6 +105,18 @@ class ArmVerdicts:
     def decided(self, metrics: Iterable[str]) -> bool:
         return all(self.pooled[m].decided for m in metrics if m in self.pooled)
 
+    def settled(self, metrics: Iterable[str], delta: float) -> bool:
+        """Decided on every metric, or worse on one and, on every open one, an interval that rules out
+        "better" (its lower bound at least 1 − δ). More rounds of such an arm could only tell "worse" from
+        "equivalent" on the open metrics, for a mode never recommended on the metric it lost; since a
+        one-start "worse" must clear the start margin (TTFT's is 0.20), PIECEWISE on the H200 would
+        otherwise race to the end of the budget on TTFT after losing 2–3× ITL in three rounds."""
+        ds = [self.pooled[m] for m in metrics if m in self.pooled]
+        if all(d.decided for d in ds):
+            return True
+        return any(d.verdict == "worse" for d in ds) and all(
+            d.decided or (d.lo is not None and d.lo >= 1 - delta) for d in ds)
+
     def workload_dependent(self, metric: str) -> str | None:
         """Why the pooled verdict is open though every workload decided, or None when that is not so."""
         per = {w: d for (m, w), d in self.by_workload.items() if m == metric}
