@@ -31,6 +31,12 @@ Like vLLM 0.33, ``--attention-backend FLASHINFER`` turns a requested FULL into F
 vLLM's warning), and ``--attention-backend NAME`` must name a backend it knows (:data:`BACKENDS`): another name is
 refused the way vLLM's argument parser refuses it (usage error, exit status 2), before any start-up line.
 
+``--speculative-config '{"num_speculative_tokens": K, ...}'``: each decode step of a request proposes K draft
+tokens with probability 0.8 (an ngram proposer finds no match otherwise), accepts a prefix of them (each
+accepted with probability 0.5 while the previous ones were) and emits 1 + accepted tokens; /metrics then
+carries ``vllm:spec_decode_num_drafts_total``, ``..._num_draft_tokens_total`` and
+``..._num_accepted_tokens_total``, as vLLM's do.
+
 Capture sizes: ``cudagraph_capture_sizes`` in the compilation config, else vLLM's default list for
 ``--max-num-seqs`` (default 256: 51 sizes up to 512), is printed in the resolved config. Capture seconds and
 graph GiB scale with the number of sizes (the table below is for 51), and the KV cache gains what the graphs
@@ -121,8 +127,10 @@ class Request:
 class Engine:
     """Continuous batching in miniature: each step gives every running request one token."""
 
-    def __init__(self, mode: str, step_scale: float, sizes: list[int] | None = None) -> None:
+    def __init__(self, mode: str, step_scale: float, sizes: list[int] | None = None, spec_k: int = 0) -> None:
         self.mode = mode
+        self.spec_k = spec_k
+        self.drafts = self.draft_tokens = self.accepted_tokens = 0
         self.step_scale = step_scale
         self.sizes = sorted(sizes or default_sizes(256)) if mode != "NONE" else []
         self.cond = threading.Condition()
@@ -154,7 +162,20 @@ class Engine:
             if not batch:
                 continue
             prefill = sum(r.prompt_len for r in batch if not r.prefilled)
-            tokens = prefill + len(batch)
+            # tokens each request emits this step: 1, or 1 + accepted drafts of a request that proposed K
+            emits, proposed = {}, 0
+            for r in batch:
+                emits[id(r)] = 1
+                if self.spec_k and r.prefilled and self.rng.random() < 0.8:
+                    accepted = 0
+                    while accepted < self.spec_k and self.rng.random() < 0.5:
+                        accepted += 1
+                    emits[id(r)] += accepted
+                    proposed += 1
+                    self.draft_tokens += self.spec_k
+                    self.accepted_tokens += accepted
+            self.drafts += proposed
+            tokens = prefill + len(batch) + proposed * self.spec_k
             base, cost = _STEP_S.get(self.mode, 0.003), tokens
             graph = next((s for s in self.sizes if s >= tokens), None)
             if graph is not None:
@@ -165,11 +186,13 @@ class Engine:
             with self.cond:
                 self.iteration_tokens.observe(tokens)
                 self.prompt_tokens += prefill
-                self.generation_tokens += len(batch)
                 for r in batch:
                     r.prefilled = True
-                    r.emitted += 1
-                    r.tokens.put(self.rng.randrange(10, _VOCAB))
+                    n = min(emits[id(r)], r.max_tokens - r.emitted)
+                    self.generation_tokens += n
+                    r.emitted += n
+                    for _ in range(n):
+                        r.tokens.put(self.rng.randrange(10, _VOCAB))
                     if r.emitted >= r.max_tokens:
                         self.success += 1
                         self.request_prompt.observe(r.prompt_len)
@@ -204,6 +227,12 @@ class Engine:
                 "# TYPE vllm:num_preemptions_total counter",
                 f"vllm:num_preemptions_total{{{labels}}} 0.0",
             ]
+            if self.spec_k:
+                for name, value in (("drafts", self.drafts), ("draft_tokens", self.draft_tokens),
+                                    ("accepted_tokens", self.accepted_tokens)):
+                    lines += [f"# HELP vllm:spec_decode_num_{name}_total fake speculative decoding counter",
+                              f"# TYPE vllm:spec_decode_num_{name}_total counter",
+                              f"vllm:spec_decode_num_{name}_total{{{labels}}} {float(value)}"]
             lines += self.iteration_tokens.lines("vllm:iteration_tokens_total", labels)
             lines += self.request_prompt.lines("vllm:request_prompt_tokens", labels)
             lines += self.request_generation.lines("vllm:request_generation_tokens", labels)
@@ -321,12 +350,12 @@ class Handler(BaseHTTPRequestHandler):
 
 class State:
     def __init__(self, model: str, served: str, mode: str, sizes: list[int] | None = None,
-                 port: int | None = None) -> None:
+                 port: int | None = None, spec_k: int = 0) -> None:
         self.model = model
         self.served = served
         self.mode = mode
         self.started = time.time()
-        self.engine = Engine(mode, float(os.environ.get("FAKE_VLLM_STEP_S", "1.0")), sizes)
+        self.engine = Engine(mode, float(os.environ.get("FAKE_VLLM_STEP_S", "1.0")), sizes, spec_k)
         self.exit_after = int(os.environ.get("FAKE_VLLM_EXIT_AFTER", "0") or 0)
         self.exit_mode = os.environ.get("FAKE_VLLM_EXIT_MODE") or None
         exit_port = os.environ.get("FAKE_VLLM_EXIT_PORT")
@@ -351,6 +380,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, str]:
     p.add_argument("--served-model-name")
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--compilation-config", "-cc", "--compilation_config", dest="cc", default="{}")
+    p.add_argument("--speculative-config", dest="spec", default=None)
     args, _ = p.parse_known_args(argv)
     positional = argv[1] if argv[:1] == ["serve"] and len(argv) > 1 else (argv[0] if argv else "")
     model = args.model or (positional if positional and not positional.startswith("-") else "fake-model")
@@ -432,7 +462,8 @@ def main(argv: list[str]) -> int:
         time.sleep(startup_s / 2)
         log("EngineCore", "gpu_model_runner.py:1", f"Graph capturing finished in {secs:g} secs, took {gib_now:.2f} GiB")
 
-    Handler.state = State(model, served, mode, sizes, args.port)
+    spec_k = int(json.loads(args.spec).get("num_speculative_tokens", 0)) if args.spec else 0
+    Handler.state = State(model, served, mode, sizes, args.port, spec_k)
     server = ThreadingHTTPServer((args.host, args.port), Handler, bind_and_activate=False)
     server.daemon_threads = True
     server.request_queue_size = 1024

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from graphmode.core.errors import ConfigError, GraphmodeError
 from graphmode.core.modes import CudaGraphMode, parse_mode
+from graphmode.core.records import ObservedFeatures
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -42,6 +43,18 @@ EXTRA_OF_MODULE = {
     "fastapi": "service", "uvicorn": "service", "starlette": "service",
     "plotly": "report", "jinja2": "report", "markupsafe": "report",
 }
+
+
+def spec_decode_text(features: ObservedFeatures) -> str:
+    """``, drafts 42% accepted, 2.3 tokens per verification step`` for a cell with speculative decoding, else
+    ``""``: what the steps held, beside the latency they gave (an ngram proposer that finds no match
+    proposes nothing, and a race of such a configuration measures plain decoding)."""
+    rate, length = features.spec_acceptance_rate, features.spec_accept_length
+    if rate is None and length is None:
+        return ""
+    bits = ([f"drafts {rate * 100:.0f}% accepted"] if rate is not None else []) + (
+        [f"{length:.2f} tokens per verification step"] if length is not None else [])
+    return ", " + ", ".join(bits)
 
 
 def run_app(app: typer.Typer, argv: list[str] | None = None, prog_name: str = "graphmode") -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
-from graphmode.cli.common import EXIT_PARTIAL, handle_errors, parse_modes, vllm_invocation
+from graphmode.cli.common import EXIT_PARTIAL, handle_errors, parse_modes, spec_decode_text, vllm_invocation
 from graphmode.selector.frontend import FRONTEND_SATURATED_CORES
 
 if TYPE_CHECKING:  # the profiler's modules load when `graphmode profile` runs, not for --help
@@ -54,6 +54,7 @@ class RichReporter:
             if adaptive and lat.duration_s is not None:
                 ci = f"±{lat.itl_p50_ci * 100:.1f}%" if lat.itl_p50_ci is not None else "±?"
                 msg += f", {lat.warmup_used_s or 0:.1f}+{lat.duration_s:.1f} s ({lat.stopped_by}, ITL {ci})"
+            msg += spec_decode_text(record.features)
             if (cores := record.features.frontend_cpu_cores) is not None and cores >= FRONTEND_SATURATED_CORES:
                 msg += f", [yellow]API server at {cores:.2f} CPU cores: host-bound[/]"
         else:

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from graphmode.cli.common import EXIT_PARTIAL, parse_modes, vllm_invocation
+from graphmode.cli.common import EXIT_PARTIAL, parse_modes, spec_decode_text, vllm_invocation
 from graphmode.core.dataset import ProfileStore
 from graphmode.core.errors import ConfigError
 from graphmode.core.records import CellRecord
@@ -157,7 +157,7 @@ class PlainRaceReporter:
         arm = record.race.arm or record.mode
         if record.status == "ok":
             self._p(f"  {arm}: ITL p50 {_fmt_ms(lat.itl_p50)}, TTFT p50 {_fmt_ms(lat.ttft_p50)}, "
-                    f"{lat.n_ok}/{lat.n_sent} done")
+                    f"{lat.n_ok}/{lat.n_sent} done" + spec_decode_text(record.features))
         else:
             self._p(f"  {arm}: FAILED {(record.reason or '').splitlines()[0] if record.reason else ''}")
 

@@ -431,16 +431,19 @@ def local_advisor(models_dir: Path, model_id: str | None, objective: Any) -> Adv
     return advise
 
 
+_NOT_SENT = frozenset({"frontend_cpu_cores", "spec_acceptance_rate", "spec_accept_length"})
+
+
 def remote_advisor(url: str, objective_payload: dict[str, Any], model_id: str | None,
                    fallback: Advisor | None) -> Advisor:
     from graphmode.control.choose import remote_recommend
     from graphmode.control.policy import advice_from_recommendation
 
     def advise(feats: ObservedFeatures) -> Advice | None:
-        # frontend_cpu_cores only feeds a note the watch writes itself; a service older than the field would
-        # refuse the whole request over it
+        # frontend_cpu_cores only feeds a note the watch writes itself, and no model reads the speculative
+        # decoding fields; a service older than a field would refuse the whole request over it
         body: dict[str, Any] = {"features": {k: v for k, v in feats.model_dump().items()
-                                             if v is not None and k != "frontend_cpu_cores"},
+                                             if v is not None and k not in _NOT_SENT},
                                 "objective": objective_payload}
         if model_id:
             body["model_id"] = model_id

@@ -45,6 +45,11 @@ class ObservedFeatures(_Flat):
     frontend_cpu_cores: float | None = Field(
         None, description="CPU cores vLLM's API server process used over the window, "
         "Δprocess_cpu_seconds_total / Δt; 1.0 = one core saturated")
+    spec_acceptance_rate: float | None = Field(
+        None, description="speculative decoding: draft tokens accepted / draft tokens proposed")
+    spec_accept_length: float | None = Field(
+        None, description="speculative decoding: tokens emitted per verification step with a draft, "
+        "1 + accepted / drafts")
 
 
 class StepSizes(_Flat):

@@ -35,6 +35,13 @@ Window
     * ``frontend_cpu_cores = Δprocess_cpu_seconds_total / window_s``: CPU cores the process serving
       ``/metrics`` (vLLM's API server) used; 1.0 is one core saturated. ``None`` when either end lacks
       the counter (multiprocess Prometheus). Advice only: the selector does not read it.
+    * ``spec_acceptance_rate = Δspec_decode_num_accepted_tokens / Δspec_decode_num_draft_tokens``: the share
+      of proposed draft tokens the target model accepted; ``spec_accept_length = 1 +
+      Δaccepted_tokens / Δspec_decode_num_drafts``: tokens a request emits per verification step that had a
+      proposal (the bonus token included). ``None`` without speculative decoding or when nothing was
+      proposed in the window. They say what a speculative configuration's steps held (a decode step of a
+      request is 1 + k tokens whenever a draft was proposed; an ngram proposer with no match proposes
+      nothing), which a race of such a configuration must report beside its latency. Not model inputs.
 
 Sample statistics (from the gauge samples in the window; work with a single snapshot)
     Samples are taken at a fixed interval, so plain (not time-weighted) statistics; variances are
@@ -99,6 +106,10 @@ def compute_features(snapshots: Sequence[MetricsSnapshot]) -> ObservedFeatures:
     d_gen = _delta(first.generation_tokens_total, last.generation_tokens_total)
     d_success = _delta(first.request_success_total, last.request_success_total)
     d_iter = _hist_delta(first.iteration_tokens, last.iteration_tokens)
+    d_drafts = _delta(first.spec_decode_drafts_total, last.spec_decode_drafts_total)
+    d_draft_tokens = _delta(first.spec_decode_draft_tokens_total, last.spec_decode_draft_tokens_total)
+    d_accepted = _delta(first.spec_decode_accepted_tokens_total, last.spec_decode_accepted_tokens_total)
+    accepted_per_draft = _ratio(d_accepted, d_drafts) if has_deltas else None
 
     return ObservedFeatures(
         window_s=window_s,
@@ -129,6 +140,8 @@ def compute_features(snapshots: Sequence[MetricsSnapshot]) -> ObservedFeatures:
         preemptions=_delta(first.num_preemptions_total, last.num_preemptions_total) if has_deltas else None,
         frontend_cpu_cores=_rate(_delta(first.process_cpu_seconds_total, last.process_cpu_seconds_total),
                                  window_s) if has_deltas else None,
+        spec_acceptance_rate=_ratio(d_accepted, d_draft_tokens) if has_deltas else None,
+        spec_accept_length=None if accepted_per_draft is None else 1.0 + accepted_per_draft,
     )
 
 
@@ -259,6 +272,7 @@ def _cumulative_pairs(
     yield prev.request_success_total, cur.request_success_total
     yield prev.num_preemptions_total, cur.num_preemptions_total
     yield prev.process_cpu_seconds_total, cur.process_cpu_seconds_total  # a new API server process starts at 0
+    yield prev.spec_decode_draft_tokens_total, cur.spec_decode_draft_tokens_total
     for p, c in (
         (prev.iteration_tokens, cur.iteration_tokens),
         (prev.request_prompt_tokens, cur.request_prompt_tokens),

@@ -44,6 +44,11 @@ GENERATION_TOKENS = "vllm:generation_tokens"
 REQUEST_SUCCESS = "vllm:request_success"
 NUM_PREEMPTIONS = "vllm:num_preemptions"
 PROCESS_CPU_SECONDS = "process_cpu_seconds"
+# Speculative decoding (vllm/v1/spec_decode/metrics.py): drafts proposed (one per request per verification
+# step that had a proposal), draft tokens proposed, draft tokens accepted. Absent without a speculative config.
+SPEC_DECODE_DRAFTS = "vllm:spec_decode_num_drafts"
+SPEC_DECODE_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+SPEC_DECODE_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
 
 NUM_REQUESTS_RUNNING = "vllm:num_requests_running"
 NUM_REQUESTS_WAITING = "vllm:num_requests_waiting"
@@ -100,6 +105,9 @@ class MetricsSnapshot:
     time_to_first_token: Histogram | None = None
     inter_token_latency: Histogram | None = None
     process_cpu_seconds_total: float | None = None  # CPU seconds of the process serving /metrics
+    spec_decode_drafts_total: float | None = None
+    spec_decode_draft_tokens_total: float | None = None
+    spec_decode_accepted_tokens_total: float | None = None
 
 
 def parse_metrics(text: str, t: float) -> MetricsSnapshot:
@@ -124,6 +132,9 @@ def parse_metrics(text: str, t: float) -> MetricsSnapshot:
         time_to_first_token=_histogram(index, TIME_TO_FIRST_TOKEN),
         inter_token_latency=_first(lambda n: _histogram(index, n), INTER_TOKEN_LATENCY_NAMES),
         process_cpu_seconds_total=_counter(index, PROCESS_CPU_SECONDS),
+        spec_decode_drafts_total=_counter(index, SPEC_DECODE_DRAFTS),
+        spec_decode_draft_tokens_total=_counter(index, SPEC_DECODE_DRAFT_TOKENS),
+        spec_decode_accepted_tokens_total=_counter(index, SPEC_DECODE_ACCEPTED_TOKENS),
     )
 
 

@@ -48,9 +48,10 @@ MODEL_ID_PATTERN = r"^[A-Za-z0-9_.\-+]+$"
 MAX_WINDOW_S = 300.0
 MAX_CONSTRAINTS = 16
 # Features that say something about the traffic (window_s / n_samples alone do not, nor the API server's CPU,
-# which only adds a note).
+# which only adds a note, nor speculative decoding's acceptance, which the profiles record but no model reads).
 TRAFFIC_FEATURES = tuple(
-    n for n in ObservedFeatures.model_fields if n not in ("window_s", "n_samples", "frontend_cpu_cores"))
+    n for n in ObservedFeatures.model_fields
+    if n not in ("window_s", "n_samples", "frontend_cpu_cores", "spec_acceptance_rate", "spec_accept_length"))
 # Upper bounds of observed features: far above any server's traffic (a billion requests or tokens per
 # second, a billion-token mean), far below where the estimators' arithmetic would overflow (issue 12:
 # 1e154 in one feature answered 500). KV-cache usage is a fraction (older vLLM: a percentage).
