@@ -32,7 +32,7 @@ from graphmode.core.dataset import ProfileStore  # noqa: E402
 from graphmode.profiling.race_rounds import KNOWN_RACE_METRICS, RACE_METRICS  # noqa: E402
 from graphmode.profiling.sequential import SequentialRule  # noqa: E402
 from graphmode.selector.featurize import shape_key, shape_of_row  # noqa: E402
-from graphmode.selector.verdicts import RaceVerdict, race_verdicts  # noqa: E402
+from graphmode.selector.verdicts import RaceVerdict, across_aa_arms, across_races, race_verdicts  # noqa: E402
 
 
 def cell(v: RaceVerdict | None) -> str:
@@ -92,6 +92,58 @@ def start_line(rows: list[dict[str, object]]) -> str | None:
     return "engine GPU memory (NVML, the engine's own processes) and start-up per arm: " + "; ".join(parts)
 
 
+def spec_line(rows: list[dict[str, object]]) -> str | None:
+    """Per arm, speculative decoding's acceptance over its ok cells (mean of the cells' rates and tokens per
+    verification step); None when no row has it (no speculative config, or rows from before 2026-12-02).
+    With dummy weights it says whether the proposer engaged at all: an ngram proposer that finds no match
+    proposes nothing, and its configuration then races plain decoding."""
+    per: dict[str, list[tuple[float | None, float | None]]] = defaultdict(list)
+    for r in rows:
+        rate, length = r.get("obs_spec_acceptance_rate"), r.get("obs_spec_accept_length")
+        if r.get("status") == "ok" and r.get("race_arm") and (rate is not None or length is not None):
+            per[str(r["race_arm"])].append((float(rate) if isinstance(rate, int | float) else None,
+                                            float(length) if isinstance(length, int | float) else None))
+    if not per:
+        return None
+
+    def mean(xs: list[float | None]) -> str:
+        got = [x for x in xs if x is not None]
+        return f"{sum(got) / len(got):.2f}" if got else "-"
+
+    parts = [f"{arm} {mean([a for a, _ in cells])} accepted, {mean([b for _, b in cells])} tokens per step "
+             f"({len(cells)} cells)" for arm, cells in sorted(per.items(), key=lambda kv: (kv[0] != DEFAULT, kv[0]))]
+    return "speculative decoding per arm (draft tokens accepted, tokens per verification step): " + "; ".join(parts)
+
+
+def across_table(by_shape: dict[tuple[str, str], list[RaceVerdict]], metrics: list[str], rule: SequentialRule,
+                 markdown: bool) -> list[str]:
+    """Per vLLM release, each mode against the default over every race (one per shape and configuration, each
+    its own engine starts): the t interval of the races' pooled log ratios (graphmode.selector.verdicts.
+    across_races), what tells a mode's effect from a start's when every race has one start per arm."""
+    out: list[str] = []
+    for release in sorted({r for _, r in by_shape}):
+        vs = [v for (_, r), group in by_shape.items() if r == release for v in group]
+        modes = sorted({v.mode for v in vs if v.mode != "CONTROL" and not v.runs_as})
+        rows = []
+        for m in modes:
+            cells = []
+            for k in metrics:
+                a = across_races(vs, m, k, delta=rule.delta, confidence=rule.confidence)
+                cells.append("-" if a is None
+                             else f"{a.verdict} {a.ratio:.3f}× [{a.lo:.2f}–{a.hi:.2f}] races={a.races}")
+            rows.append([m, *cells])
+        aa = [across_aa_arms(vs, k, delta=rule.delta, confidence=rule.confidence) for k in metrics]
+        if any(a is not None for a in aa):  # the control: the truth is 1 there
+            rows.append(["A/A arms", *("-" if a is None else
+                                       f"{a.verdict} {a.ratio:.3f}× [{a.lo:.2f}–{a.hi:.2f}] races={a.races}"
+                                       for a in aa)])
+        if rows and any(c != "-" for r in rows for c in r[1:]):
+            title = f"Across races (vLLM {release}): t interval over the races' pooled ratios, one race one sample"
+            out += ["", f"{'### ' if markdown else ''}{title}", ""]
+            out += table(["mode", *metrics], rows, markdown)
+    return out
+
+
 def mode_label(mode: str, pooled: dict[tuple[str, str], RaceVerdict]) -> str:
     """``FULL → FULL_AND_PIECEWISE`` for an arm vLLM ran as another mode (a silent downgrade)."""
     ran = next((v.runs_as for (m, _), v in pooled.items() if m == mode and v.runs_as), None)
@@ -149,9 +201,9 @@ def main(argv: list[str] | None = None) -> int:
         out += table(["mode", *metrics],
                      [[mode_label(m, pooled), *(cell(pooled.get((m, k))) for k in metrics)] for m in modes],
                      args.markdown)
-        memory = start_line(shape_rows[shape])
-        if memory:
-            out += ["", memory]
+        for line in (start_line(shape_rows[shape]), spec_line(shape_rows[shape])):
+            if line:
+                out += ["", line]
         if args.workloads:
             per = {(v.mode, v.metric, v.workload): v for v in vs if v.workload is not None}
             loads = sorted({w for _, _, w in per if w})
@@ -159,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                 out += ["", f"{k} per workload:", ""]
                 out += table(["mode", *loads], [[m, *(cell(per.get((m, k, w))) for w in loads)] for m in modes],
                              args.markdown)
+    out += across_table(by_shape, metrics, rule, args.markdown)
     print("\n".join(out).lstrip("\n") or "no race rows in these datasets")
     return 0
 

@@ -196,6 +196,23 @@ def test_the_verdict_table_adds_each_arms_own_gpu_memory_when_recorded() -> None
     assert race_table.start_line([row("FULL", "r:FULL:1", None, 70.0)]) is None  # no memory recorded: no line
 
 
+def test_the_verdict_table_adds_speculative_decodings_acceptance_per_arm() -> None:
+    from tests.support.bench import load_bench
+
+    race_table = load_bench("race_table")
+
+    def row(arm: str, rate: float | None, length: float | None, status: str = "ok") -> dict[str, object]:
+        return {"status": status, "race_arm": arm, "obs_spec_acceptance_rate": rate, "obs_spec_accept_length": length}
+
+    rows = [row("FULL_AND_PIECEWISE", 0.9, 3.7), row("FULL_AND_PIECEWISE", 0.7, 3.1), row("FULL", 0.8, None),
+            row("FULL", 0.1, 1.2, status="failed")]
+    line = race_table.spec_line(rows)
+    assert line is not None
+    assert "FULL_AND_PIECEWISE 0.80 accepted, 3.40 tokens per step (2 cells)" in line
+    assert "FULL 0.80 accepted, - tokens per step (1 cells)" in line
+    assert race_table.spec_line([row("FULL", None, None)]) is None  # no speculative config: no line
+
+
 def test_the_plan_shows_what_each_configuration_has_raced(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     import shutil

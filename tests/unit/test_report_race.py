@@ -55,3 +55,30 @@ def test_the_bundled_cards_carry_the_noise() -> None:
     card = ModelCard.load(BUNDLED)
     assert card.race_noise and all(n.wander_cv_pct is not None or n.restart is not None for n in card.race_noise)
     assert any("round-to-round CV" in r[0] for _, _, rows in tables(card) for r in rows)
+
+
+def test_the_across_races_table_and_its_control() -> None:
+    from graphmode.report.race import across
+
+    assert across(_card([])) is None  # one race: nothing across races
+    verdicts = [RaceVerdict(shape=f"s{i}", mode="FULL", metric="ttft_p50", verdict="better", rounds=8,
+                            ratio=r, lo=r * 0.8, hi=r * 0.95, delta=0.03, confidence=0.95, starts=1)
+                for i, r in enumerate([0.66, 0.75, 0.83, 0.76])]
+    verdicts += [RaceVerdict(shape=f"a{i}", mode="CONTROL", metric="ttft_p50", verdict="undecided", rounds=8,
+                             ratio=r, lo=r * 0.8, hi=r * 1.2, delta=0.03, confidence=0.95, starts=1)
+                 for i, r in enumerate([0.84, 0.94, 1.23])]
+    card = _card([]).model_copy(update={"race": verdicts})
+    over = across(card)
+    assert over is not None
+    head, rows = over
+    assert head == ["mode", "ttft_p50"] and rows[0][0] == "FULL" and rows[0][1].startswith("better ")
+    assert rows[0][1].endswith("races=4") and rows[-1][0].startswith("A/A arms")
+    assert rows[-1][1].startswith("undecided ") and rows[-1][1].endswith("races=3")
+    assert "**Across races**" in "\n".join(markdown(card)) and "<h4>Across races" in section(card)
+    # the bundled 0.33 card: FULL's TTFT across its races reads better, its A/A arms do not
+    bundled = across(ModelCard.load(BUNDLED))
+    assert bundled is not None
+    full = next(r for r in bundled[1] if r[0] == "FULL")
+    assert full[bundled[0].index("ttft_p50")].startswith("better")
+    aa = bundled[1][-1]
+    assert not aa[bundled[0].index("ttft_p50")].startswith(("better", "worse"))

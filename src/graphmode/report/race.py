@@ -3,7 +3,9 @@
 The verdicts are the model card's (``card.race``, :mod:`graphmode.selector.verdicts`): the ones the
 recommender acts on. Pooled verdicts only; the A/A arm (a second engine start of the default) is listed
 after the modes, since its ratio is the engine-start effect every one-start verdict carries, and last the
-default's round-to-round spread inside one start (``card.race_noise``): what the clock alone moves.
+default's round-to-round spread inside one start (``card.race_noise``): what the clock alone moves. Under
+the tables, each mode over every race of the model (``verdicts.across_races``: one race one sample, each its
+own engine starts), with the A/A arms' row as its control.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from graphmode.selector.card import ModelCard
 from graphmode.selector.noise import RaceNoise, noise_for
-from graphmode.selector.verdicts import RaceVerdict
+from graphmode.selector.verdicts import AcrossRaces, RaceVerdict, across_aa_arms, across_races
 
 CONTROL = "CONTROL"
 
@@ -50,6 +52,27 @@ def tables(card: ModelCard) -> list[tuple[str, list[str], list[list[str]]]]:
     return out
 
 
+def across(card: ModelCard) -> tuple[list[str], list[list[str]]] | None:
+    """(header, rows) of each mode against the default over the model's races, and the A/A arms' row; None
+    with fewer than three races for every mode and metric."""
+    pooled = [v for v in card.race if v.workload is None]
+    metrics = sorted({v.metric for v in pooled})
+    modes = sorted({v.mode for v in pooled if v.mode != CONTROL and not v.runs_as})
+    delta = pooled[0].delta if pooled else 0.03
+    confidence = pooled[0].confidence if pooled else 0.95
+    rows = [[m, *(_across_cell(across_races(pooled, m, k, delta=delta, confidence=confidence)) for k in metrics)]
+            for m in modes]
+    rows.append(["A/A arms (the control: truth 1)",
+                 *(_across_cell(across_aa_arms(pooled, k, delta=delta, confidence=confidence)) for k in metrics)])
+    if all(c == "–" for r in rows for c in r[1:]):
+        return None
+    return ["mode", *metrics], rows
+
+
+def _across_cell(a: AcrossRaces | None) -> str:
+    return "–" if a is None else f"{a.verdict} {a.ratio:.3f}× [{a.lo:.2f}–{a.hi:.2f}] races={a.races}"
+
+
 def _wander_cell(n: RaceNoise) -> str:
     span = f", ≤ {n.wander_minutes:g} min" if n.wander_minutes else ""
     return f"{n.wander_cv_pct:.1f}% (n={n.wander_rounds}{span})"
@@ -61,6 +84,10 @@ def markdown(card: ModelCard) -> list[str]:
     lines = ["", "## Races: each mode against vLLM's default (ratio, 95% interval, n rounds, s engine starts)", ""]
     for name, head, rows in tables(card):
         lines += [f"**{name}**", "", _md_row(head), _md_row(["---"] * len(head)), *(_md_row(r) for r in rows), ""]
+    if (over := across(card)) is not None:
+        head, rows = over
+        lines += ["**Across races** (t interval over the races' pooled ratios, one race one sample)", "",
+                  _md_row(head), _md_row(["---"] * len(head)), *(_md_row(r) for r in rows), ""]
     return lines[:-1]
 
 
@@ -72,10 +99,14 @@ def section(card: ModelCard | None) -> str:
              "(the model card's verdicts, the ones recommendations act on)</span></h3>"]
     for name, head, rows in tables(card):
         parts.append(f"<h4>{html.escape(name)}</h4>" + _html_table(head, rows))
+    if (over := across(card)) is not None:
+        parts.append("<h4>Across races (t interval over the races' pooled ratios, one race one sample)</h4>"
+                     + _html_table(*over))
     parts.append("<p class='note'>A \"better\" from one engine start per arm is acted on only where paired "
-                 "campaign rounds agree: the A/A row is how far two starts of one mode sat apart (a restart "
-                 "alone), the last row how much one workload on one engine moved from round to round (the clock "
-                 "alone).</p></section>")
+                 "campaign rounds or the model's other races agree: the A/A row is how far two starts of one mode "
+                 "sat apart (a restart alone), the last row how much one workload on one engine moved from round "
+                 "to round (the clock alone). Across races, each race is its own engine starts, so a start cannot "
+                 "put them all on one side; the A/A arms' row there should straddle 1.</p></section>")
     return "".join(parts)
 
 

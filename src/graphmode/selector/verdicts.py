@@ -31,8 +31,17 @@ not the engine start: the A/A arm of the first H200 races (two starts of the def
 start at 0.90× the other on the Qwen2.5-0.5B shape's ITL (95% interval 0.82–0.99, 12 rounds). So a
 "better" verdict whose rounds saw a single start of the mode or of the default is acted on only when an
 independent comparison agrees: a paired campaign verdict (:mod:`graphmode.selector.paired`, other starts on
-other hosts) on the same side. Otherwise the answer keeps the default and says why. "Worse" needs no such
-guard: it only keeps a mode out.
+other hosts) on the same side, or the other races of the model (:func:`across_races`). Otherwise the answer
+keeps the default and says why. "Worse" needs no such guard: it only keeps a mode out.
+
+Across races. Every race (one model shape and deployment configuration) starts its own engines, so the
+pooled ratios of one mode and metric over the *other* races of a model (one GPU, one vLLM release) are
+independent draws of "mode against default, start effect included". Their one-sample t interval of the
+mean log ratio (n races, random effects: configurations and starts both vary) says whether the effect is
+the mode's or a start's: one start moves TTFT p50 by ~20% either way (A/A arms, H200), so a start cannot
+put n independent races on one side. A one-start "better" is acted on when the other races' interval,
+without the race itself, is better by δ too (at least :data:`MIN_OTHER_RACES` of them). Measured
+2026-12-02 (H200, vLLM 0.33, 7 races): FULL's TTFT p50 0.736× the default's, 95% interval 0.683–0.793.
 """
 
 from __future__ import annotations
@@ -176,6 +185,71 @@ class RaceAnswer(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+# Fewer other races than this and their interval is too wide to tell a mode's effect from the starts'.
+MIN_OTHER_RACES = 3
+
+
+class AcrossRaces(BaseModel):
+    """One mode against the default on one metric over several races (each its own engine starts)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: str
+    metric: str
+    verdict: VerdictKind
+    races: int
+    ratio: float = Field(description="geometric mean over the races of each race's pooled ratio")
+    lo: float
+    hi: float
+    confidence: float
+    delta: float
+    shapes: list[str] = Field(default_factory=list)
+
+    def describe(self) -> str:
+        return (f"{self.mode}'s {self.metric} is {self.ratio:.3f}× the default's over {self.races} other "
+                f"races (their own engine starts and configurations), {self.confidence:.0%} interval "
+                f"{self.lo:.3f}–{self.hi:.3f} (t on the races' log ratios): {self.verdict} (δ {self.delta:g})")
+
+
+def across_races(verdicts: Sequence[RaceVerdict], mode: str, metric: str, *, exclude_shape: str | None = None,
+                 delta: float = 0.03, confidence: float = 0.95,
+                 min_races: int = MIN_OTHER_RACES) -> AcrossRaces | None:
+    """*mode* against the default on *metric* over the races of *verdicts* (one per shape, the pooled verdict),
+    but *exclude_shape*'s; None with fewer than *min_races*. A/A arms and arms vLLM ran as another mode are
+    not the mode and are left out. A verdict that crossed early carries the ratio of its rounds up to then."""
+    picked = sorted(((v.shape, v.ratio) for v in verdicts
+                     if v.mode == mode and v.metric == metric and v.workload is None and not v.runs_as
+                     and v.shape != exclude_shape and v.ratio is not None and v.ratio > 0),
+                    key=lambda sv: sv[0])
+    return _across(picked, mode, metric, delta, confidence, min_races)
+
+
+def across_aa_arms(verdicts: Sequence[RaceVerdict], metric: str, *, default_mode: str = DEFAULT_MODE.value,
+                   delta: float = 0.03, confidence: float = 0.95,
+                   min_races: int = MIN_OTHER_RACES) -> AcrossRaces | None:
+    """The control of :func:`across_races`: the same interval over the races' A/A arms (CONTROL, and arms vLLM
+    ran as the default's mode), where the truth is 1. It should not read "better" or "worse"."""
+    picked = sorted(((v.shape, v.ratio) for v in verdicts
+                     if (v.mode == CONTROL_ARM or v.runs_as == default_mode) and v.metric == metric
+                     and v.workload is None and v.ratio is not None and v.ratio > 0), key=lambda sv: sv[0])
+    return _across(picked, CONTROL_ARM, metric, delta, confidence, min_races)
+
+
+def _across(picked: Sequence[tuple[str, float]], mode: str, metric: str, delta: float, confidence: float,
+            min_races: int) -> AcrossRaces | None:
+    from graphmode.profiling.sequential import interval
+
+    if len(picked) < max(min_races, 2):
+        return None
+    mean, lo, hi = interval([math.log(r) for _, r in picked], confidence)
+    up, down = math.log1p(delta), math.log1p(-delta)
+    kind: VerdictKind = ("better" if hi < down else "worse" if lo > up
+                         else "equivalent" if -up <= lo and hi <= up else "undecided")
+    return AcrossRaces(mode=mode, metric=metric, verdict=kind, races=len(picked), ratio=math.exp(mean),
+                       lo=math.exp(lo), hi=math.exp(hi), confidence=confidence, delta=delta,
+                       shapes=[sh for sh, _ in picked])
+
+
 def _log_distance(a: Mapping[str, float], b: Mapping[str, Any]) -> float | None:
     common = [f for f in REGION_FEATURES if f in a and isinstance(b.get(f), int | float) and (b.get(f) or 0) > 0]
     if not common:
@@ -202,7 +276,8 @@ def race_decision(
     ``graph_gib``/``startup_s`` per mode, *weighted* whether the objective charges memory or start-up, and
     *allowed* the modes that meet the objective's constraints (None: all), and *corroborated* the modes
     that an independent paired comparison (other engine starts) puts on the better side of the default
-    for this shape and metric: a "better" verdict from one start per arm needs that to be acted on.
+    for this shape and metric: a "better" verdict from one start per arm needs that, or the other races in
+    *verdicts* better by δ too (:func:`across_races`), to be acted on.
     """
     mine = [v for v in verdicts if v.shape == shape and v.metric == metric and v.mode != CONTROL_ARM]
     notes: list[str] = []
@@ -231,12 +306,19 @@ def race_decision(
     if not any(v.workload == region for v in chosen.values()):
         region = None
     backed = set(corroborated)
+    support: dict[str, AcrossRaces] = {}
     better = []
     for v in sorted(chosen.values(), key=lambda v: (v.ratio or 1.0)):
         if v.verdict != "better" or (ok is not None and v.mode not in ok):
             continue
         if v.starts >= 2 or v.mode in backed:
             better.append(v)
+            continue
+        others = across_races(verdicts, v.mode, metric, exclude_shape=shape, delta=v.delta,
+                              confidence=v.confidence)
+        if others is not None and others.verdict == "better":
+            better.append(v)
+            support[v.mode] = others
             continue
         aa = next((a for a in verdicts if a.shape == shape and a.metric == metric and a.workload is None
                    and a.ratio is not None and (a.mode == CONTROL_ARM or a.runs_as == default_mode)), None)
@@ -245,6 +327,13 @@ def race_decision(
                      f"agrees{spread}: not acted on until a second start does")
     worse = sorted(m for m, v in chosen.items() if v.verdict == "worse")
     undecided = sorted(m for m, v in chosen.items() if v.verdict == "undecided")
+    for m in undecided:
+        v = chosen[m]
+        others = across_races(verdicts, m, metric, exclude_shape=shape, delta=v.delta, confidence=v.confidence)
+        if others is not None and others.verdict == "better" and (v.ratio or 1.0) < 1.0 \
+                and (ok is None or m in ok):
+            notes.append(f"race: {v.describe()}, while {others.describe()}: more rounds of this race "
+                         "(a larger --budget-min; the race resumes) would likely settle it")
     base = constants.get(default_mode, {})
     equivalent = []
     for m, v in sorted(chosen.items()):
@@ -262,7 +351,9 @@ def race_decision(
         notes.append(f"race: equivalent to the default on {metric}: " + "; ".join(
             e.mode + _savings(e.saves_graph_gib, e.saves_startup_s) for e in equivalent))
     if better:
-        agree = ("; one engine start each, and the paired campaign rounds (other starts, other hosts) agree"
+        first = support.get(better[0].mode)
+        agree = (f"; one engine start each, and the other races agree: {first.describe()}" if first is not None
+                 else "; one engine start each, and the paired campaign rounds (other starts, other hosts) agree"
                  if better[0].starts < 2 else f"; {better[0].starts} engine starts each")
         notes.append("race: " + better[0].describe() + agree)
         return RaceAnswer(mode=better[0].mode, basis="better", metric=metric, region=region, verdict=better[0],

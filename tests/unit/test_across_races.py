@@ -1,0 +1,95 @@
+"""A one-start "better" is acted on when the model's other races (their own engine starts) agree: the t
+interval over the races' pooled log ratios, without the race itself (graphmode.selector.verdicts.across_races)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats
+
+from graphmode.core.modes import DEFAULT_MODE
+from graphmode.selector.verdicts import MIN_OTHER_RACES, RaceVerdict, across_aa_arms, across_races, race_decision
+
+D = DEFAULT_MODE.value
+ORDER = ["FULL", D, "FULL_DECODE_ONLY", "PIECEWISE"]
+# FULL's pooled TTFT ratio per race, H200 / vLLM 0.33 (2026-12-02): seven races, each its own engine starts
+H200_FULL_TTFT = {"0.5b": 0.66, "1b": 0.75, "8b": 0.83, "1b-triton": 0.76, "8b-triton": 0.67, "8b-fp8": 0.74,
+                  "olmoe": 0.75}
+
+
+def _v(shape: str, ratio: float, verdict: str = "better", mode: str = "FULL", starts: int = 1,
+       runs_as: str | None = None, metric: str = "ttft_p50") -> RaceVerdict:
+    return RaceVerdict(shape=shape, mode=mode, metric=metric, verdict=verdict,  # type: ignore[arg-type]
+                       rounds=8, ratio=ratio, lo=ratio * 0.8, hi=ratio * 1.2 if verdict != "better" else ratio * 0.95,
+                       delta=0.03, confidence=0.95, starts=starts, runs_as=runs_as)
+
+
+def test_the_interval_is_a_t_interval_over_the_races_log_ratios() -> None:
+    vs = [_v(s, r) for s, r in H200_FULL_TTFT.items()]
+    got = across_races(vs, "FULL", "ttft_p50")
+    assert got is not None and got.races == 7 and got.verdict == "better"
+    logs = [math.log(r) for r in H200_FULL_TTFT.values()]
+    mean = sum(logs) / 7
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 6)
+    half = stats.t.ppf(0.975, 6) * sd / math.sqrt(7)
+    assert got.ratio == pytest.approx(math.exp(mean))
+    assert (got.lo, got.hi) == (pytest.approx(math.exp(mean - half)), pytest.approx(math.exp(mean + half)))
+    assert got.hi < 0.97 and "over 7 other races" in got.describe()
+
+
+def test_the_race_itself_and_what_is_not_the_mode_are_left_out() -> None:
+    vs = [_v(s, r) for s, r in H200_FULL_TTFT.items()]
+    vs += [_v("fi", 1.23, "undecided", runs_as=D),  # FULL that vLLM ran as the default: an A/A arm
+           _v("aa", 1.3, "undecided", mode="CONTROL"), _v("1b", 0.9, metric="itl_p50")]
+    got = across_races(vs, "FULL", "ttft_p50", exclude_shape="8b")
+    assert got is not None and got.races == 6 and "8b" not in got.shapes and "fi" not in got.shapes
+    # a region verdict (one workload) is not a race of its own
+    region = _v("x", 0.5).model_copy(update={"workload": "c1-short"})
+    assert across_races([*vs, region], "FULL", "ttft_p50", exclude_shape="8b").races == 6  # type: ignore[union-attr]
+
+
+def test_too_few_races_or_races_that_disagree_decide_nothing() -> None:
+    few = [_v(s, r) for s, r in list(H200_FULL_TTFT.items())[:MIN_OTHER_RACES - 1]]
+    assert across_races(few, "FULL", "ttft_p50") is None
+    # starts that scatter either way (A/A-like: ±20%) never read better
+    scattered = [_v(f"s{i}", r, "undecided") for i, r in enumerate([0.8, 1.2, 0.85, 1.18, 0.9, 1.1])]
+    got = across_races(scattered, "FULL", "ttft_p50")
+    assert got is not None and got.verdict == "undecided"
+    flat = [_v(f"s{i}", r, "equivalent") for i, r in enumerate([0.995, 1.0, 1.005, 0.998, 1.002])]
+    assert across_races(flat, "FULL", "ttft_p50").verdict == "equivalent"  # type: ignore[union-attr]
+    slow = [_v(f"s{i}", r, "worse") for i, r in enumerate([1.3, 1.4, 1.35, 1.5])]
+    assert across_races(slow, "FULL", "ttft_p50").verdict == "worse"  # type: ignore[union-attr]
+
+
+def test_a_one_start_better_is_acted_on_when_the_other_races_agree() -> None:
+    vs = [_v(s, r) for s, r in H200_FULL_TTFT.items()]
+    got = race_decision(vs, "8b-triton", "ttft_p50", {}, ORDER, {}, weighted=False)
+    assert got is not None and got.mode == "FULL" and got.basis == "better"
+    assert any("the other races agree" in n and "over 6 other races" in n for n in got.notes)
+    # alone, or beside races that scatter, the same verdict keeps the default
+    alone = race_decision([vs[4]], "8b-triton", "ttft_p50", {}, ORDER, {}, weighted=False)
+    assert alone is not None and alone.mode == D and any("no other paired comparison" in n for n in alone.notes)
+    scattered = [vs[4]] + [_v(f"s{i}", r, "undecided") for i, r in enumerate([0.8, 1.2, 0.85, 1.18])]
+    assert race_decision(scattered, "8b-triton", "ttft_p50", {}, ORDER, {}, weighted=False).mode == D  # type: ignore[union-attr]
+
+
+def test_an_undecided_race_is_not_decided_by_the_others_but_says_what_would_settle_it() -> None:
+    vs = [_v(s, r) for s, r in H200_FULL_TTFT.items() if s != "8b-fp8"] + [_v("8b-fp8", 0.741, "undecided")]
+    got = race_decision(vs, "8b-fp8", "ttft_p50", {}, ORDER, {}, weighted=False)
+    assert got is not None and got.mode == D and got.undecided == ["FULL"]
+    assert any("undecided" in n and "over 6 other races" in n and "--budget-min" in n for n in got.notes)
+    # a mode the objective's constraints exclude gets no such note
+    kept_out = race_decision(vs, "8b-fp8", "ttft_p50", {}, ORDER, {}, weighted=False, allowed=[D])
+    assert kept_out is not None and not any("other races" in n for n in kept_out.notes)
+
+
+def test_the_a_a_arms_are_the_control_and_read_no_effect() -> None:
+    # the H200 / vLLM 0.33 A/A arms' TTFT (2026-12-02): two CONTROL arms, two FULL arms vLLM ran as the default
+    vs = [_v("1b", 0.842, "undecided", mode="CONTROL"), _v("0.5b", 0.943, "undecided", mode="CONTROL"),
+          _v("1b-fi", 1.228, "undecided", runs_as=D), _v("8b-fi", 1.071, "undecided", runs_as=D),
+          _v("8b", 0.83), _v("8b-pw", 1.2, "undecided", mode="PIECEWISE", runs_as="PIECEWISE_OTHER")]
+    got = across_aa_arms(vs, "ttft_p50")
+    assert got is not None and got.races == 4 and got.verdict == "undecided"
+    assert got.lo < 1.0 < got.hi and got.ratio == pytest.approx(1.011, abs=0.001)
+    assert across_aa_arms(vs[:2], "ttft_p50") is None
