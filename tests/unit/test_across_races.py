@@ -93,3 +93,33 @@ def test_the_a_a_arms_are_the_control_and_read_no_effect() -> None:
     assert got is not None and got.races == 4 and got.verdict == "undecided"
     assert got.lo < 1.0 < got.hi and got.ratio == pytest.approx(1.011, abs=0.001)
     assert across_aa_arms(vs[:2], "ttft_p50") is None
+
+
+def test_the_bundled_033_model_answers_full_for_ttft_where_vllm_runs_it() -> None:
+    """The H200 races (2026-12-02): FULL's one-start TTFT wins, corroborated by the other races, now answer a
+    TTFT objective; ITL keeps the default, FlashInfer never gets FULL, FP8's own race is undecided."""
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from graphmode.cli.main import app
+
+    root = Path(__file__).resolve().parents[2]
+    base = ["recommend", "--models-dir", str(root / "models"), "--gpu", "NVIDIA H200", "--vllm-version", "0.33.0",
+            "--rate", "4", "--input-tokens", "512", "--output-tokens", "128", "--json",
+            "--model-path", str(root / "models" / "shapes" / "llama-3.1-8b.json")]
+
+    def answer(objective: str, vllm_args: str) -> dict[str, object]:
+        r = CliRunner().invoke(app, [*base, "--objective", objective,
+                                     "--vllm-args", f"{vllm_args} --max-model-len 4096"])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+    triton = answer("ttft_p50", "--attention-backend TRITON_ATTN")
+    assert triton["mode"] == "FULL" and triton["race"]["basis"] == "better"  # type: ignore[index]
+    assert any("the other races agree" in n for n in triton["notes"])  # type: ignore[attr-defined]
+    assert answer("itl_p50", "--attention-backend TRITON_ATTN")["mode"] == D
+    assert answer("ttft_p50", "--attention-backend FLASHINFER")["mode"] == D
+    fp8 = answer("ttft_p50", "--quantization fp8")
+    assert fp8["mode"] == D and any("would likely settle it" in n for n in fp8["notes"])  # type: ignore[attr-defined]
