@@ -198,3 +198,34 @@ def test_a_mode_vllm_downgrades_is_named_as_what_it_ran(tmp_path: Path, store: P
     camp = load_campaign(ROOT / "bench" / "gpu" / "configs" / "h200-0.33.yaml", ROOT)
     line = status_line(camp.get("1b-flashinfer"), tmp_path / "race.sqlite", "", 0)
     assert "downgraded by vLLM: FULL runs as FULL_AND_PIECEWISE" in line
+
+
+def test_a_speculative_race_reports_what_its_steps_held(tmp_path: Path, store: ProfileStore) -> None:
+    """With --speculative-config the cells record the acceptance (vllm:spec_decode_*), the race's cell lines
+    and the campaign's status line say it, and a configuration whose cells never drafted says so."""
+    import io
+
+    from rich.console import Console
+
+    from graphmode.cli.race_view import PlainRaceReporter
+    from graphmode.profiling.campaign import load_campaign, status_line
+
+    config = race_config(tmp_path, [CudaGraphMode.FULL], max_rounds=3)
+    config.profile.vllm_args += ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}']
+    log = io.StringIO()
+    racer = Racer(config, store, PlainRaceReporter(Console(file=log, width=400)))
+    racer.run()
+    cells = [ln for ln in log.getvalue().splitlines() if " done" in ln and ": ITL p50 " in ln]
+    assert cells and all("% accepted, " in ln and "tokens per verification step" in ln for ln in cells), cells
+    rows = [r for r in store.race_rows(racer.key) if r["status"] == "ok"]
+    assert rows and all(0 < r["obs_spec_acceptance_rate"] < 1 and r["obs_spec_accept_length"] > 1 for r in rows)
+    camp = load_campaign(ROOT / "bench" / "gpu" / "configs" / "h200-0.33.yaml", ROOT)
+    line = status_line(camp.get("1b-ngram3"), tmp_path / "race.sqlite", "", 0)
+    assert "; speculative decoding: drafts " in line and f"of {len(rows)} cells)" in line
+    plain = status_line(camp.get("1b-triton"), tmp_path / "race.sqlite", "", 0)
+    assert "speculative" not in plain  # no speculative config: nothing to say
+    store.close()
+    with ProfileStore(tmp_path / "race.sqlite") as s:
+        s._db.execute("UPDATE cells SET obs_spec_acceptance_rate = NULL, obs_spec_accept_length = NULL")
+        s._db.commit()
+    assert "no draft in any cell" in status_line(camp.get("1b-ngram3"), tmp_path / "race.sqlite", "", 0)

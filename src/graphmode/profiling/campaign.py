@@ -414,9 +414,26 @@ def status_line(c: CampaignConfig, dataset: Path, race_out: str, rc: int) -> str
                   and r["effective_mode"] != r["requested_mode"]})
     if ran:  # vLLM ran another mode than asked: that arm's verdicts are not about the mode it is named after
         text += "; downgraded by vLLM: " + ", ".join(f"{a} runs as {m}" for a, m in ran)
+    if c.speculative is not None:
+        text += "; " + _spec_text(ok)
     if arms:
         text += "; failed arms: " + "; ".join(f"{a}: {failed[a]}" for a in arms)
     return text
+
+
+def _spec_text(ok: list[dict[str, Any]]) -> str:
+    """What speculative decoding did over the race's cells: with synthetic prompts and dummy weights an ngram
+    proposer drafts only when the output repeats, and a race whose cells never drafted raced plain decoding."""
+    rates = [float(r["obs_spec_acceptance_rate"]) for r in ok
+             if isinstance(r.get("obs_spec_acceptance_rate"), int | float)]
+    lengths = [float(r["obs_spec_accept_length"]) for r in ok
+               if isinstance(r.get("obs_spec_accept_length"), int | float)]
+    if not rates and not lengths:
+        return ("speculative decoding: no draft in any cell (or no vllm:spec_decode_* metrics): this configuration "
+                "raced plain decoding")
+    bits = [f"drafts {sum(rates) / len(rates) * 100:.0f}% accepted"] if rates else []
+    bits += [f"{sum(lengths) / len(lengths):.2f} tokens per verification step"] if lengths else []
+    return f"speculative decoding: {', '.join(bits)} (mean over {max(len(rates), len(lengths))} of {len(ok)} cells)"
 
 
 def run_config(c: CampaignConfig, *, work: Path, tag: str, python: str, vllm_cmd: str, port: int,
