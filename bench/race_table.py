@@ -31,6 +31,8 @@ from profile_cost import _shape_name, dataset_costs  # noqa: E402
 from graphmode.core.dataset import ProfileStore  # noqa: E402
 from graphmode.profiling.race_rounds import KNOWN_RACE_METRICS, RACE_METRICS  # noqa: E402
 from graphmode.profiling.sequential import SequentialRule  # noqa: E402
+from graphmode.report.arms import arm_costs, memory_line  # noqa: E402
+from graphmode.report.arms import spec_line as arms_spec_line  # noqa: E402
 from graphmode.selector.featurize import shape_key, shape_of_row  # noqa: E402
 from graphmode.selector.verdicts import RaceVerdict, across_aa_arms, across_races, race_verdicts  # noqa: E402
 
@@ -61,58 +63,16 @@ def aa_line(pooled: dict[tuple[str, str], RaceVerdict], metrics: list[str]) -> s
 
 
 def start_line(rows: list[dict[str, object]]) -> str | None:
-    """Per arm, the mean over its starts of the engine's own GPU memory (NVML, ``engine_gpu_gib``; with the KV
-    cache fixed per engine, an arm's difference to the default is its graphs') and of its start-up seconds
-    in its start wave; None when no row has the memory (rows from before 2026-12-02, or a host whose NVML
-    lists no engine process)."""
-    per: dict[str, dict[str, tuple[float | None, float | None, int | None]]] = defaultdict(dict)
-    for r in rows:
-        if r.get("status") == "ok" and r.get("race_arm") and r.get("race_start_id"):
-            gib, up, wave = r.get("engine_gpu_gib"), r.get("startup_s"), r.get("start_wave_engines")
-            per[str(r["race_arm"])][str(r["race_start_id"])] = (
-                float(gib) if isinstance(gib, int | float) else None,
-                float(up) if isinstance(up, int | float) else None, wave if isinstance(wave, int) else None)
-
-    def mean(xs: list[float | None]) -> float | None:
-        got = [x for x in xs if x is not None]
-        return sum(got) / len(got) if got else None
-
-    gib = {arm: mean([g for g, _, _ in starts.values()]) for arm, starts in per.items()}
-    if not any(v is not None for v in gib.values()):
-        return None
-    base = gib.get(DEFAULT)
-    parts = []
-    for arm in sorted(per, key=lambda a: (a != DEFAULT, a)):
-        g, up = gib[arm], mean([u for _, u, _ in per[arm].values()])
-        waves = sorted({w for _, _, w in per[arm].values() if w is not None})
-        delta = f" ({g - base:+.2f} vs default)" if g is not None and base is not None and arm != DEFAULT else ""
-        parts.append(f"{arm} {'-' if g is None else f'{g:.2f}'} GiB{delta}, start-up "
-                     f"{'-' if up is None else f'{up:.0f}'} s" + (f" in waves of {'/'.join(map(str, waves))}"
-                                                                 if waves else ""))
-    return "engine GPU memory (NVML, the engine's own processes) and start-up per arm: " + "; ".join(parts)
+    """Per arm, the engine's own GPU memory and start-up (graphmode.report.arms); None when no row has the
+    memory (rows from before 2026-12-02, or a host whose NVML lists no engine process)."""
+    return memory_line(arm_costs(rows))
 
 
 def spec_line(rows: list[dict[str, object]]) -> str | None:
-    """Per arm, speculative decoding's acceptance over its ok cells (mean of the cells' rates and tokens per
-    verification step); None when no row has it (no speculative config, or rows from before 2026-12-02).
-    With dummy weights it says whether the proposer engaged at all: an ngram proposer that finds no match
-    proposes nothing, and its configuration then races plain decoding."""
-    per: dict[str, list[tuple[float | None, float | None]]] = defaultdict(list)
-    for r in rows:
-        rate, length = r.get("obs_spec_acceptance_rate"), r.get("obs_spec_accept_length")
-        if r.get("status") == "ok" and r.get("race_arm") and (rate is not None or length is not None):
-            per[str(r["race_arm"])].append((float(rate) if isinstance(rate, int | float) else None,
-                                            float(length) if isinstance(length, int | float) else None))
-    if not per:
-        return None
-
-    def mean(xs: list[float | None]) -> str:
-        got = [x for x in xs if x is not None]
-        return f"{sum(got) / len(got):.2f}" if got else "-"
-
-    parts = [f"{arm} {mean([a for a, _ in cells])} accepted, {mean([b for _, b in cells])} tokens per step "
-             f"({len(cells)} cells)" for arm, cells in sorted(per.items(), key=lambda kv: (kv[0] != DEFAULT, kv[0]))]
-    return "speculative decoding per arm (draft tokens accepted, tokens per verification step): " + "; ".join(parts)
+    """Per arm, speculative decoding's acceptance over its ok cells; None when no cell had a draft. With dummy
+    weights it says whether the proposer engaged at all: an ngram proposer that finds no match proposes
+    nothing, and its configuration then races plain decoding."""
+    return arms_spec_line(arm_costs(rows))
 
 
 def across_table(by_shape: dict[tuple[str, str], list[RaceVerdict]], metrics: list[str], rule: SequentialRule,

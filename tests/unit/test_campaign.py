@@ -209,7 +209,7 @@ def test_the_verdict_table_adds_speculative_decodings_acceptance_per_arm() -> No
     line = race_table.spec_line(rows)
     assert line is not None
     assert "FULL_AND_PIECEWISE 0.80 accepted, 3.40 tokens per step (2 cells)" in line
-    assert "FULL 0.80 accepted, - tokens per step (1 cells)" in line
+    assert "FULL 0.80 accepted, – tokens per step (1 cells)" in line
     assert race_table.spec_line([row("FULL", None, None)]) is None  # no speculative config: no line
 
 

@@ -121,3 +121,23 @@ def test_the_committed_qwen_races_of_two_vllm_releases_are_two_configurations(tm
     options = re.findall(r"<option value='cfg\d'>([^<]*)</option>", page)
     assert len(options) == 2 and "vLLM 0.24.0" in options[0] and "vLLM 0.33.0" in options[1]
     assert old.cell() in page and new.cell() in page
+
+
+def test_each_configuration_shows_its_arms_engine_memory_start_up_and_acceptance() -> None:
+    rows = race_rows("r1", [0.8] * 3)
+    for r in rows:
+        full = r["race_arm"] == "FULL"
+        r.update({"race_start_id": f"r1:{r['race_arm']}:1", "engine_gpu_gib": 21.58 if full else 21.78,
+                  "startup_s": 74.0 if full else 78.0, "start_wave_engines": 2,
+                  "obs_spec_acceptance_rate": 0.9 if full else 0.8, "obs_spec_accept_length": 3.5})
+    (c,) = configurations(rows)
+    ((_, costs),) = c.costs.items()
+    assert costs[D].engine_gpu_gib == pytest.approx(21.78) and costs[D].starts == 1 and costs[D].cells == 3
+    assert costs["FULL"].spec_acceptance == pytest.approx(0.9) and costs["FULL"].waves == (2,)
+    page = section([c])
+    assert "each arm&#x27;s engine" in page or "each arm's engine" in page
+    assert ("<td>FULL</td><td>21.58</td><td>-0.20</td><td>74 (waves of 2)</td><td>1</td><td>0.90</td>"
+            "<td>3.50</td>") in page
+    # rows without any of it (before 2026-12-02): no such table
+    (bare,) = configurations(race_rows("r1", [0.8] * 3))
+    assert "engine GPU GiB" not in section([bare])

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphmode.core.deployment import DeploymentConfig, deployment_of_row
+from graphmode.report.arms import ArmCost, arm_costs
+from graphmode.report.arms import table as arm_table
 from graphmode.selector.featurize import shape_key, shape_of_row
 from graphmode.selector.verdicts import RaceVerdict, race_verdicts
 
@@ -100,6 +102,7 @@ class Configuration:
     shapes: dict[str, str] = field(default_factory=dict)  # shape key -> short name
     shape_rows: dict[str, int] = field(default_factory=dict)  # shape key -> ok rows
     verdicts: list[RaceVerdict] = field(default_factory=list)  # this configuration's alone
+    costs: dict[str, dict[str, ArmCost]] = field(default_factory=dict)  # shape key -> arm -> memory, start-up
 
     def raced(self, shape: str | None = None) -> bool:
         return any(v.shape == shape or shape is None for v in self.verdicts)
@@ -145,6 +148,11 @@ def configurations(rows: Iterable[Mapping[str, Any]], names: Mapping[str, str] |
             c.shapes.setdefault(skey, shape_labels(shape, names or {})[1])
             c.shape_rows[skey] = c.shape_rows.get(skey, 0) + (r.get("status") == "ok")
         c.verdicts = race_verdicts(ok)
+        by_shape: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+        for r in ok:
+            if r.get("race_arm"):
+                by_shape[shape_key(shape_of_row(r))].append(r)
+        c.costs = {skey: arm_costs(srows) for skey, srows in by_shape.items()}
         out.append(c)
     out.sort(key=lambda c: (c.key[0], _version_order(c.key[1]), c.label))
     for i, c in enumerate(out):
@@ -203,6 +211,12 @@ def section(configs: Sequence[Configuration]) -> str:
         for name, head, rows in tables:
             parts.append(f"<h5>{html.escape(name)}: each mode against vLLM's default (ratio, 95% interval, "
                          f"n rounds, s engine starts)</h5>" + _html_table(head, rows))
+        for skey, name in sorted(c.shapes.items(), key=lambda kv: kv[1]):
+            costs = arm_table(c.costs.get(skey, {}))
+            if costs is not None:
+                parts.append(f"<h5>{html.escape(name)}: each arm's engine (GPU memory NVML charged to its own "
+                             "processes, KV fixed per engine, so the difference to the default is graphs; start-up "
+                             "in its start wave)</h5>" + _html_table(*costs))
         parts.append("</div>")
     parts.append(_SCRIPT + "</section>")
     return "".join(parts)
