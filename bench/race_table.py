@@ -78,8 +78,9 @@ def spec_line(rows: list[dict[str, object]]) -> str | None:
 def across_table(by_shape: dict[tuple[str, str], list[RaceVerdict]], metrics: list[str], rule: SequentialRule,
                  markdown: bool) -> list[str]:
     """Per vLLM release, each mode against the default over every race (one per shape and configuration, each
-    its own engine starts): the t interval of the races' pooled log ratios (graphmode.selector.verdicts.
-    across_races), what tells a mode's effect from a start's when every race has one start per arm."""
+    its own engine starts): the t interval of the races' log ratios, each over all its rounds
+    (graphmode.selector.verdicts.across_races), what tells a mode's effect from a start's when every race
+    has one start per arm."""
     out: list[str] = []
     for release in sorted({r for _, r in by_shape}):
         vs = [v for (_, r), group in by_shape.items() if r == release for v in group]
@@ -98,7 +99,7 @@ def across_table(by_shape: dict[tuple[str, str], list[RaceVerdict]], metrics: li
                                        f"{a.verdict} {a.ratio:.3f}× [{a.lo:.2f}–{a.hi:.2f}] races={a.races}"
                                        for a in aa)])
         if rows and any(c != "-" for r in rows for c in r[1:]):
-            title = f"Across races (vLLM {release}): t interval over the races' pooled ratios, one race one sample"
+            title = f"Across races (vLLM {release}): t interval over the races' ratios, one race one sample"
             out += ["", f"{'### ' if markdown else ''}{title}", ""]
             out += table(["mode", *metrics], rows, markdown)
     return out

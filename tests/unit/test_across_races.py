@@ -1,5 +1,5 @@
 """A one-start "better" is acted on when the model's other races (their own engine starts) agree: the t
-interval over the races' pooled log ratios, without the race itself (graphmode.selector.verdicts.across_races)."""
+interval over the races' log ratios, without the race itself (graphmode.selector.verdicts.across_races)."""
 
 from __future__ import annotations
 
@@ -123,3 +123,20 @@ def test_the_bundled_033_model_answers_full_for_ttft_where_vllm_runs_it() -> Non
     assert answer("ttft_p50", "--attention-backend FLASHINFER")["mode"] == D
     fp8 = answer("ttft_p50", "--quantization fp8")
     assert fp8["mode"] == D and any("would likely settle it" in n for n in fp8["notes"])  # type: ignore[attr-defined]
+
+
+def test_each_race_counts_with_its_ratio_over_every_round() -> None:
+    """A sequential verdict's ratio stops at its first crossing, reached sooner on extreme rounds; a race's
+    sample across races is its ratio over all its rounds (``ratio_all``) where recorded."""
+    from graphmode.selector.verdicts import race_verdicts
+    from tests.unit.test_race_verdicts import race_rows
+
+    # FULL crosses "better" at round 3 on 0.80s, then runs 0.95 for three more rounds
+    rows = race_rows({"FULL": {"low": [0.8, 0.81, 0.79, 0.95, 0.95, 0.95]}})
+    (v,) = [v for v in race_verdicts(rows) if v.mode == "FULL" and v.metric == "itl_p50" and v.workload is None]
+    assert v.verdict == "better" and v.rounds == 3 and v.ratio == pytest.approx(0.8, abs=0.01)
+    assert v.rounds_all == 6 and v.ratio_all == pytest.approx(math.exp(sum(
+        math.log(x) for x in [0.8, 0.81, 0.79, 0.95, 0.95, 0.95]) / 6))
+    vs = [_v(f"s{i}", 0.6).model_copy(update={"ratio_all": 0.9}) for i in range(4)]
+    got = across_races(vs, "FULL", "ttft_p50")
+    assert got is not None and got.ratio == pytest.approx(0.9)

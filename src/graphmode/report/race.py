@@ -86,7 +86,7 @@ def markdown(card: ModelCard) -> list[str]:
         lines += [f"**{name}**", "", _md_row(head), _md_row(["---"] * len(head)), *(_md_row(r) for r in rows), ""]
     if (over := across(card)) is not None:
         head, rows = over
-        lines += ["**Across races** (t interval over the races' pooled ratios, one race one sample)", "",
+        lines += ["**Across races** (t interval over the races' ratios, one race one sample)", "",
                   _md_row(head), _md_row(["---"] * len(head)), *(_md_row(r) for r in rows), ""]
     return lines[:-1]
 
@@ -100,7 +100,7 @@ def section(card: ModelCard | None) -> str:
     for name, head, rows in tables(card):
         parts.append(f"<h4>{html.escape(name)}</h4>" + _html_table(head, rows))
     if (over := across(card)) is not None:
-        parts.append("<h4>Across races (t interval over the races' pooled ratios, one race one sample)</h4>"
+        parts.append("<h4>Across races (t interval over the races' ratios, one race one sample)</h4>"
                      + _html_table(*over))
     parts.append("<p class='note'>A \"better\" from one engine start per arm is acted on only where paired "
                  "campaign rounds or the model's other races agree: the A/A row is how far two starts of one mode "

@@ -35,13 +35,13 @@ other hosts) on the same side, or the other races of the model (:func:`across_ra
 keeps the default and says why. "Worse" needs no such guard: it only keeps a mode out.
 
 Across races. Every race (one model shape and deployment configuration) starts its own engines, so the
-pooled ratios of one mode and metric over the *other* races of a model (one GPU, one vLLM release) are
-independent draws of "mode against default, start effect included". Their one-sample t interval of the
+ratios (each over all its rounds) of one mode and metric over the *other* races of a model (one GPU, one
+vLLM release) are independent draws of "mode against default, start effect included". Their one-sample t interval of the
 mean log ratio (n races, random effects: configurations and starts both vary) says whether the effect is
 the mode's or a start's: one start moves TTFT p50 by ~20% either way (A/A arms, H200), so a start cannot
 put n independent races on one side. A one-start "better" is acted on when the other races' interval,
 without the race itself, is better by δ too (at least :data:`MIN_OTHER_RACES` of them). Measured
-2026-12-02 (H200, vLLM 0.33, 7 races): FULL's TTFT p50 0.736× the default's, 95% interval 0.683–0.793.
+2026-12-02 (H200, vLLM 0.33, 7 races): FULL's TTFT p50 0.755× the default's, 95% interval 0.716–0.797.
 """
 
 from __future__ import annotations
@@ -86,6 +86,9 @@ class RaceVerdict(BaseModel):
                                                "default)")
     runs_as: str | None = Field(None, description="the mode vLLM ran for this arm when it is not the one asked "
                                                   "for (a silent downgrade): the verdict is about that mode")
+    ratio_all: float | None = Field(None, description="geometric mean of mode / default over every round, also "
+                                                      "those after the verdict's first crossing")
+    rounds_all: int | None = Field(None, description="the rounds behind ratio_all")
 
     def cell(self) -> str:
         """A table cell: ``better 0.768× [0.62–0.95] n=8 s=1`` (rounds n, engine starts s)."""
@@ -140,20 +143,31 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = Sequ
             runs_as = next(iter(ran[arm])) if arm != CONTROL_ARM and len(ran[arm]) == 1 \
                 and next(iter(ran[arm])) != arm else None
             for metric, d in v.pooled.items():
-                out.append(_verdict(shape, arm, metric, None, d, rule, {}, runs_as))
+                out.append(_verdict(shape, arm, metric, None, d, rule, {}, runs_as,
+                                    _all_rounds(table.blocked(arm, metric)[0])))
             for (metric, workload), d in sorted(v.by_workload.items()):
                 if d.n:
                     region = {f: float(sum(xs) / len(xs)) for f, xs in feats[workload].items() if xs}
-                    out.append(_verdict(shape, arm, metric, workload, d, rule, region, runs_as))
+                    out.append(_verdict(shape, arm, metric, workload, d, rule, region, runs_as,
+                                        _all_rounds(table.blocked(arm, metric, workload)[0])))
     return out
 
 
+def _all_rounds(log_ratios: Sequence[float]) -> tuple[float | None, int]:
+    """The geometric mean ratio over every round and their number: a verdict's own ratio stops at its first
+    crossing, which a sequential rule reaches sooner on rounds that happened to run extreme."""
+    ys = [y for y in log_ratios if math.isfinite(y)]
+    return (math.exp(sum(ys) / len(ys)) if ys else None), len(ys)
+
+
 def _verdict(shape: str, arm: str, metric: str, workload: str | None, d: Decision, rule: SequentialRule,
-             features: dict[str, float], runs_as: str | None = None) -> RaceVerdict:
+             features: dict[str, float], runs_as: str | None = None,
+             all_rounds: tuple[float | None, int] = (None, 0)) -> RaceVerdict:
     # starts behind the verdict: the rounds up to its first crossing (the fewer of the mode's and the default's)
     return RaceVerdict(shape=shape, mode=arm, metric=metric, workload=workload, verdict=d.verdict, rounds=d.n,
                        ratio=d.ratio, lo=d.lo, hi=d.hi, delta=rule.delta, confidence=rule.confidence, why=d.why,
-                       features=features, starts=max(1, d.starts), runs_as=runs_as)
+                       features=features, starts=max(1, d.starts), runs_as=runs_as, ratio_all=all_rounds[0],
+                       rounds_all=all_rounds[1] or None)
 
 
 class EquivalentMode(BaseModel):
@@ -198,7 +212,7 @@ class AcrossRaces(BaseModel):
     metric: str
     verdict: VerdictKind
     races: int
-    ratio: float = Field(description="geometric mean over the races of each race's pooled ratio")
+    ratio: float = Field(description="geometric mean over the races of each race's ratio over all its rounds")
     lo: float
     hi: float
     confidence: float
@@ -216,12 +230,19 @@ def across_races(verdicts: Sequence[RaceVerdict], mode: str, metric: str, *, exc
                  min_races: int = MIN_OTHER_RACES) -> AcrossRaces | None:
     """*mode* against the default on *metric* over the races of *verdicts* (one per shape, the pooled verdict),
     but *exclude_shape*'s; None with fewer than *min_races*. A/A arms and arms vLLM ran as another mode are
-    not the mode and are left out. A verdict that crossed early carries the ratio of its rounds up to then."""
-    picked = sorted(((v.shape, v.ratio) for v in verdicts
+    not the mode and are left out. Each race's sample is its ratio over every round (``ratio_all``), not the
+    verdict's ratio at its first crossing, which a sequential rule reaches sooner on extreme rounds."""
+    picked = sorted(((v.shape, r) for v in verdicts
                      if v.mode == mode and v.metric == metric and v.workload is None and not v.runs_as
-                     and v.shape != exclude_shape and v.ratio is not None and v.ratio > 0),
+                     and v.shape != exclude_shape and (r := _race_ratio(v)) is not None),
                     key=lambda sv: sv[0])
     return _across(picked, mode, metric, delta, confidence, min_races)
+
+
+def _race_ratio(v: RaceVerdict) -> float | None:
+    """A race's one sample: its ratio over every round (a verdict's own ratio stops at its first crossing)."""
+    r = v.ratio_all if v.ratio_all is not None else v.ratio
+    return r if r is not None and r > 0 else None
 
 
 def across_aa_arms(verdicts: Sequence[RaceVerdict], metric: str, *, default_mode: str = DEFAULT_MODE.value,
@@ -229,9 +250,9 @@ def across_aa_arms(verdicts: Sequence[RaceVerdict], metric: str, *, default_mode
                    min_races: int = MIN_OTHER_RACES) -> AcrossRaces | None:
     """The control of :func:`across_races`: the same interval over the races' A/A arms (CONTROL, and arms vLLM
     ran as the default's mode), where the truth is 1. It should not read "better" or "worse"."""
-    picked = sorted(((v.shape, v.ratio) for v in verdicts
+    picked = sorted(((v.shape, r) for v in verdicts
                      if (v.mode == CONTROL_ARM or v.runs_as == default_mode) and v.metric == metric
-                     and v.workload is None and v.ratio is not None and v.ratio > 0), key=lambda sv: sv[0])
+                     and v.workload is None and (r := _race_ratio(v)) is not None), key=lambda sv: sv[0])
     return _across(picked, CONTROL_ARM, metric, delta, confidence, min_races)
 
 
