@@ -97,7 +97,8 @@ def test_the_a_a_arms_are_the_control_and_read_no_effect() -> None:
 
 def test_the_bundled_033_model_answers_full_for_ttft_where_vllm_runs_it() -> None:
     """The H200 races (2026-12-02): FULL's one-start TTFT wins, corroborated by the other races, now answer a
-    TTFT objective; ITL keeps the default, FlashInfer never gets FULL, FP8's own race is undecided."""
+    TTFT objective; ITL keeps the default, FlashInfer never gets FULL, FP8's own race is undecided, ngram
+    gets FULL for TTFT."""
     import json
     from pathlib import Path
 
@@ -123,6 +124,12 @@ def test_the_bundled_033_model_answers_full_for_ttft_where_vllm_runs_it() -> Non
     assert answer("ttft_p50", "--attention-backend FLASHINFER")["mode"] == D
     fp8 = answer("ttft_p50", "--quantization fp8")
     assert fp8["mode"] == D and any("would likely settle it" in n for n in fp8["notes"])  # type: ignore[attr-defined]
+    # ngram k=3 (lease 3): vLLM runs every mode as asked, so FULL for TTFT and never PIECEWISE (1.6x ITL),
+    # which a wrong downgrade rule used to answer for every ngram deployment
+    ngram = "--speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'"
+    spec_ttft = answer("ttft_p50", ngram)
+    assert spec_ttft["mode"] == "FULL" and spec_ttft["race"]["basis"] == "better"  # type: ignore[index]
+    assert answer("itl_p50", ngram)["mode"] == D
 
 
 def test_each_race_counts_with_its_ratio_over_every_round() -> None:

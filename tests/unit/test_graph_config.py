@@ -68,7 +68,13 @@ def test_rules_follow_vllms_checks() -> None:
         "FULL_AND_PIECEWISE"
     assert resolve("FULL", Deployment(pooling=True))[0] == "PIECEWISE"
     assert resolve("FULL_AND_PIECEWISE", Deployment(encoder_decoder=True))[0] == "FULL_DECODE_ONLY"
-    assert resolve("FULL", Deployment(speculative=True, speculative_method="ngram"))[0] == "PIECEWISE"
+    # ngram runs every mode as asked on a backend with full graphs (vLLM 0.33 on the H200, the fixture below)
+    for mode in ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"):
+        assert resolve(mode, Deployment(speculative=True, speculative_method="ngram")) == (mode, [])
+    assert resolve("FULL", Deployment(attention_backend="FLASHINFER", speculative=True,
+                                      speculative_method="ngram"))[0] == "PIECEWISE"
+    runs, why = resolve("FULL", Deployment(speculative=True, speculative_method="ngram", dynamic_speculative=True))
+    assert runs == "PIECEWISE" and "dynamic speculative decoding" in why[0]
     assert resolve("FULL_DECODE_ONLY", Deployment(attention_backend="TRITON_MLA"))[0] == "PIECEWISE"
     assert resolve("NONE", Deployment(pooling=True)) == ("NONE", [])
     assert resolve("FULL", Deployment(attention_backend="SOMETHING_NEW")) == ("FULL", [])  # no rule: no guess
@@ -82,6 +88,11 @@ def test_deployment_read_from_args_env_and_config() -> None:
     dep = deployment_of(["--model", "m", "--speculative-config", '{"method": "eagle", "num_speculative_tokens": 3}'],
                         env={"VLLM_ATTENTION_BACKEND": "flashinfer"})
     assert dep.attention_backend == "FLASHINFER" and dep.speculative and dep.speculative_method == "eagle"
+    dynamic = ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 5, '
+               '"num_speculative_tokens_per_batch_size": [[1, 8, 5], [9, 256, 2]]}']
+    assert deployment_of(dynamic, env={}).dynamic_speculative
+    assert not deployment_of(dynamic, env={"VLLM_USE_V2_MODEL_RUNNER": "1"}).dynamic_speculative
+    assert not deployment_of(["--speculative-config", '{"method": "ngram"}'], env={}).dynamic_speculative
     assert deployment_of(["--runner", "pooling"], env={}).pooling
     assert deployment_of(["--task=embed"], env={}).pooling
     assert deployment_of([], {"is_encoder_decoder": True}, env={}).encoder_decoder

@@ -192,3 +192,21 @@ def test_a_real_flashinfer_start_downgrades_full_as_the_rules_predict() -> None:
     assert st.capture_labels == ["PIECEWISE", "FULL"] and st.graph_counts == {"PIECEWISE": 51, "FULL": 51}
     mode, why = resolve("FULL", deployment_of(["--attention-backend", "FLASHINFER"], None, {}))
     assert mode == st.effective_mode and why
+
+
+@pytest.mark.parametrize(("mode", "counts"), [("FULL", {"FULL": 51}),
+                                              ("FULL_AND_PIECEWISE", {"PIECEWISE": 51, "FULL": 49})])
+def test_a_real_ngram_start_runs_the_mode_asked(mode: str, counts: dict[str, int]) -> None:
+    """vLLM 0.33 on the H200 (2026-12-02, configuration campaign lease 3): ngram speculative decoding with k=3
+    on FLASH_ATTN ran FULL and FULL_AND_PIECEWISE as asked, and graphmode.selector.compat agrees (it used to
+    send every ngram deployment to PIECEWISE)."""
+    from graphmode.selector.compat import deployment_of, resolve
+
+    st = parse_startup_log_file(H200_033 / f"llama1b-ngram3-{mode}.log")
+    assert st.requested_mode == mode and st.effective_mode == mode and st.downgrades == []
+    assert st.attention_backend == "FLASH_ATTN" and st.vllm_version == "0.33.0"
+    # decode graphs for a query of 1+k=4 tokens per request: vLLM rounds the decode sizes up to multiples of
+    # 4 (1, 2 -> 4: 49 distinct sizes), the mixed (PIECEWISE) graphs keep all 51
+    assert st.graph_counts == counts
+    spec = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
+    assert resolve(mode, deployment_of(["--speculative-config", spec], None, {})) == (mode, [])

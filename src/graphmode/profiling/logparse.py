@@ -73,8 +73,8 @@ _MODE_OFF: Final = re.compile(
 
 # Lines where vLLM changes what was asked of it: a different cudagraph mode or fewer capture sizes. The texts
 # are vLLM's own (vllm/config/compilation.py resolve_cudagraph_mode_and_sizes, vllm/config/vllm.py
-# _set_cudagraph_sizes and its pooling / encoder-decoder / context-parallel checks, the ngram proposer);
-# the fixtures under tests/fixtures/downgrades hold real lines of each kind.
+# _set_cudagraph_sizes and its pooling / encoder-decoder / context-parallel / dynamic speculative decoding checks);
+# the fixtures under tests/fixtures/vllm-downgrades hold real lines of each kind.
 _DOWNGRADE: Final = re.compile(
     r"is not supported (?:with|for) .*setting cudagraph_mode ?="
     r"|Overriding cudagraph_mode"

@@ -2,8 +2,9 @@
 
 vLLM resolves the requested ``cudagraph_mode`` against what the attention backend and the model can run and,
 where they cannot, logs a warning and runs another mode. The rules below restate vLLM's own checks
-(vLLM 0.24 source: ``CompilationConfig.resolve_cudagraph_mode_and_sizes`` in vllm/config/compilation.py and
-the pooling / encoder-decoder checks in vllm/config/vllm.py) and the CUDA-graph support level each attention
+(vLLM 0.24 and 0.33 source: ``CompilationConfig.resolve_cudagraph_mode_and_sizes`` in
+vllm/config/compilation.py, the pooling / encoder-decoder checks and, in 0.33, the dynamic speculative
+decoding check in vllm/config/vllm.py) and the CUDA-graph support level each attention
 backend declares (``AttentionCGSupport`` in vllm/v1/attention/backends/*). The lines vLLM prints are parsed
 by :mod:`graphmode.profiling.logparse` (``StartupInfo.downgrades``) and come back as the effective mode.
 
@@ -15,7 +16,12 @@ Support levels, weakest first: NEVER < UNIFORM_SINGLE_TOKEN_DECODE < UNIFORM_BAT
 * FULL decode graphs need more than NEVER; at NEVER, PIECEWISE.
 * Speculative decoding (a decode step has more than one token per request) with FULL decode graphs needs
   UNIFORM_BATCH; below it, PIECEWISE ("... not supported with spec-decode for attention backend ...").
-  The ngram proposer runs PIECEWISE whatever the backend.
+  The proposer does not matter: ngram with FLASH_ATTN ran FULL, FULL_DECODE_ONLY and FULL_AND_PIECEWISE as
+  asked on the H200 (vLLM 0.33, tests/fixtures/vllm-0.33-h200/llama1b-ngram3-FULL.log). An earlier rule here
+  sent every ngram deployment to PIECEWISE, which vLLM's source never did and which costs 1.6x ITL.
+* Dynamic speculative decoding (``num_speculative_tokens_per_batch_size`` in the speculative config) on
+  Model Runner V1: PIECEWISE ("Dynamic speculative decoding changes the target verification length at
+  runtime. Overriding cudagraph_mode ..."); V2 (``VLLM_USE_V2_MODEL_RUNNER=1``) keeps full graphs.
 * Pooling models (``--runner pooling``, ``--task embed|classify|score|reward``, or ``--convert``):
   no full graphs, PIECEWISE ("Pooling models do not support full cudagraphs").
 * Encoder-decoder models: only NONE or FULL_DECODE_ONLY ("Encoder-decoder models do not support X.
@@ -62,6 +68,7 @@ class Deployment:
     attention_backend: str | None = None
     speculative: bool = False
     speculative_method: str | None = None
+    dynamic_speculative: bool = False
     pooling: bool = False
     encoder_decoder: bool = False
 
@@ -74,6 +81,7 @@ def deployment_of(args: Sequence[str], served_config: Mapping[str, Any] | None =
     backend = get_flag(args, "--attention-backend") or env.get("VLLM_ATTENTION_BACKEND") or None
     spec_raw = get_flag(args, "--speculative-config", "--speculative_config")
     method = None
+    dynamic = False
     if spec_raw:
         try:
             spec = json.loads(spec_raw)
@@ -81,6 +89,8 @@ def deployment_of(args: Sequence[str], served_config: Mapping[str, Any] | None =
             spec = None
         if isinstance(spec, dict):
             method = str(spec.get("method")) if spec.get("method") is not None else None
+            dynamic = spec.get("num_speculative_tokens_per_batch_size") is not None \
+                and env.get("VLLM_USE_V2_MODEL_RUNNER", "0") in {"", "0"}
             inner = spec.get("attention_backend")
             if isinstance(inner, str) and backend is None:
                 backend = inner
@@ -91,7 +101,8 @@ def deployment_of(args: Sequence[str], served_config: Mapping[str, Any] | None =
     enc_dec = bool(served_config and served_config.get("is_encoder_decoder"))
     return Deployment(attention_backend=backend.upper() if backend else None,
                       speculative=bool(spec_raw) or has_flag(args, "--num-speculative-tokens"),
-                      speculative_method=method, pooling=pooling, encoder_decoder=enc_dec)
+                      speculative_method=method, dynamic_speculative=dynamic, pooling=pooling,
+                      encoder_decoder=enc_dec)
 
 
 def resolve(mode: str, dep: Deployment) -> tuple[str, list[str]]:
@@ -106,9 +117,9 @@ def resolve(mode: str, dep: Deployment) -> tuple[str, list[str]]:
     if dep.encoder_decoder and mode not in {"FULL_DECODE_ONLY"}:
         why.append(f"encoder-decoder models do not support {mode}: vLLM overrides it to FULL_DECODE_ONLY")
         mode = "FULL_DECODE_ONLY"
-    if dep.speculative and (dep.speculative_method or "").lower() == "ngram" and mode != "PIECEWISE":
-        why.append("CUDA graphs with full decode are not supported for ngram speculative decoding: "
-                   f"vLLM sets {mode} to PIECEWISE")
+    if dep.dynamic_speculative and mode in {"FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"}:
+        why.append("dynamic speculative decoding changes the verification length at run time: vLLM overrides "
+                   f"{mode} to PIECEWISE on Model Runner V1")
         return "PIECEWISE", why
     level = BACKEND_SUPPORT.get(dep.attention_backend or "")
     if level is None:
