@@ -130,6 +130,8 @@ def test_the_bundled_033_model_answers_full_for_ttft_where_vllm_runs_it() -> Non
     spec_ttft = answer("ttft_p50", ngram)
     assert spec_ttft["mode"] == "FULL" and spec_ttft["race"]["basis"] == "better"  # type: ignore[index]
     assert answer("itl_p50", ngram)["mode"] == D
+    k5 = answer("ttft_p50", ngram.replace('"num_speculative_tokens": 3', '"num_speculative_tokens": 5'))
+    assert any("was profiled on LlamaForCausalLM 1.24B only" in w for w in k5["warnings"])  # type: ignore[attr-defined]
 
 
 def test_each_race_counts_with_its_ratio_over_every_round() -> None:

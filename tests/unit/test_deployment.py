@@ -246,6 +246,33 @@ def test_unlike_names_each_differing_element() -> None:
     assert unlike(other, trained) == ["TP=2 (trained: TP=1)", "fp8-quantized (trained: unquantized)"]
 
 
+def test_a_configuration_profiled_on_other_models_only_is_carried_over() -> None:
+    from graphmode.selector.deployments import deployment_warning
+
+    def shape(model: str, params: float, args: list[str]) -> dict[str, object]:
+        fields = DeploymentConfig.from_vllm_args(args, model_config={}, startup=StartupInfo(
+            attention_backend="FLASH_ATTN")).shape_fields()
+        return {"model_config_hash": model, "model_architecture": "LlamaForCausalLM", "num_params_b": params,
+                **fields}
+
+    k5 = ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 5}']
+    k3 = ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}']
+    trained = [shape("1b", 1.24, []), shape("1b", 1.24, k5), shape("8b", 8.03, []), shape("8b", 8.03, k3)]
+    warning = deployment_warning(shape("8b", 8.03, k5), trained)
+    assert warning is not None and warning.startswith("this configuration (spec=ngram:5) was profiled on "
+                                                      "LlamaForCausalLM 1.24B only, not on this model")
+    assert deployment_warning(shape("8b", 8.03, k3), trained) is None  # raced on this model
+    assert deployment_warning(shape("1b", 1.24, k5), trained) is None
+    assert deployment_warning(shape("8b", 8.03, []), trained) is None  # the defaults: no suffix
+    # a model never trained at all is the shape warning's business, not this one's
+    assert deployment_warning(shape("70b", 70.6, k5), trained) is None
+
+
+def test_json_flags_that_lost_their_quotes_say_how_to_quote() -> None:
+    with pytest.raises(DeploymentError, match="quote the JSON in single quotes"):
+        DeploymentConfig.from_vllm_args(["--speculative-config", "{method:ngram}"], model_config={})
+
+
 # ------------------------------------------------------------------ recommend, /v1/recommend, launch
 needs_bundled = pytest.mark.skipif(BUNDLED is None, reason="no bundled model under models/")
 WORKLOAD = ["--rate", "4", "--input-tokens", "256", "--output-tokens", "128"]

@@ -420,3 +420,38 @@ def test_the_h200_model_answers_per_attention_backend() -> None:
     assert any(n.startswith("never recommended for this deployment") and "FULL (" in n for n in flashinfer["notes"])
     plain = ask("--objective", "ttft_p50")
     assert not [f for f in plain["confidence"]["imputed"] if f.startswith("attention_backend")]
+
+
+def test_spec_decode_rounds_decode_graphs_as_vllm_does() -> None:
+    from graphmode.selector.capture import spec_decode_sizes
+
+    default = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
+    # the H200 ngram k=3 start (tests/fixtures/vllm-0.33-h200/llama1b-ngram3-FULL_AND_PIECEWISE.log): 49 FULL graphs
+    assert len(spec_decode_sizes(default, 4)) == 49 == parse_startup_log_file(
+        FIXTURES / "vllm-0.33-h200" / "llama1b-ngram3-FULL_AND_PIECEWISE.log").graph_counts["FULL"]
+    assert spec_decode_sizes([1, 2, 4, 8, 16], 4) == [4, 8, 16]
+    assert spec_decode_sizes([1, 2, 4, 8, 16], 6) == [6, 12]  # 16 -> 18 is above the largest: dropped
+    assert spec_decode_sizes([1, 2, 4], 6) == []  # vLLM refuses such a list (no size left) unless 1+k fits
+    assert spec_decode_sizes([1, 2, 8], 6) == [6]
+    assert spec_decode_sizes([1, 3], 1) == [1, 3]
+    assert deployment_of(["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}'], env={}) \
+        .speculative_k == 3
+    assert deployment_of(["--speculative-config", '{"method": "ngram", "num_speculative_tokens": true}'], env={}) \
+        .speculative_k is None
+    assert deployment_of(["--num-speculative-tokens", "5"], env={}).speculative_k == 5
+
+
+def test_the_capture_answer_says_what_spec_decoding_does_to_the_list() -> None:
+    from graphmode.core.records import StepSizes
+    from graphmode.selector.graphconfig import complete
+    from graphmode.selector.recommend import Recommender
+
+    rec = Recommender.load(MODELS, None)
+    ans = rec.recommend(WorkloadDescription(rate=2, input_tokens=64, output_tokens=64), None)
+    spec = ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}']
+    out = complete(ans, step_sizes=StepSizes.model_validate_json(STEPS), vllm_args=spec)
+    assert out.capture is not None and out.mode != "PIECEWISE"  # ngram runs the FULL family as asked
+    assert out.capture.decode_graph_sizes == [4, 8, 16] and out.capture.sizes == [1, 2, 4, 8, 16]
+    assert any("multiples of 4" in n and "49 for the default list" in n for n in out.capture.notes)
+    plain = complete(ans, step_sizes=StepSizes.model_validate_json(STEPS))
+    assert plain.capture is not None and plain.capture.decode_graph_sizes is None

@@ -194,7 +194,12 @@ def _json_object(raw: str | None, flag: str) -> dict[str, Any] | None:
     try:
         cfg = json.loads(raw)
     except (json.JSONDecodeError, RecursionError) as exc:
-        raise DeploymentError(f"{flag} is not JSON: {exc}") from None
+        hint = ""
+        if raw.startswith("{") and '"' not in raw:
+            # --vllm-args is split like a shell line, which strips the JSON's double quotes
+            hint = (f" (its double quotes were lost: inside --vllm-args quote the JSON in single quotes, "
+                    f"e.g. {flag} '{{\"method\": \"ngram\"}}')")
+        raise DeploymentError(f"{flag} is not JSON: {exc}{hint}") from None
     if not isinstance(cfg, dict):
         raise DeploymentError(f"{flag} must be a JSON object")
     return cfg

@@ -58,6 +58,7 @@ __all__ = [
     "graphs_per_size",
     "kv_bytes_per_token",
     "parse_keep",
+    "spec_decode_sizes",
     "step_distribution",
 ]
 
@@ -83,6 +84,18 @@ def default_capture_sizes(max_num_seqs: int = 256, max_num_batched_tokens: int |
     if top >= 256:
         sizes += list(range(256, top + 1, 16))
     return sizes
+
+
+def spec_decode_sizes(sizes: Sequence[int], query_len: int) -> list[int]:
+    """The FULL decode graphs vLLM captures for ``sizes`` when a decode step verifies ``query_len`` = 1 + k
+    tokens a request (speculative decoding): each size rounded up to a multiple of ``query_len``, none above
+    the largest size, ``[query_len]`` if that leaves none (vLLM 0.33, ``adjust_cudagraph_sizes_for_spec_decode``
+    in vllm/config/compilation.py; on the H200 the default list of 51 sizes gave 49 FULL graphs at k = 3)."""
+    if query_len <= 1 or not sizes:
+        return sorted(sizes)
+    top = max(sizes)
+    out = sorted({-(-s // query_len) * query_len for s in sizes if -(-s // query_len) * query_len <= top})
+    return out or ([query_len] if query_len <= top else [])
 
 
 @dataclass(frozen=True)
@@ -258,6 +271,9 @@ class CaptureAnswer(BaseModel):
     decode_steps: float | None = None
     mixed_steps: float | None = None
     costs_basis: str = ""
+    decode_graph_sizes: list[int] | None = Field(
+        None, description="with speculative decoding, the sizes vLLM captures FULL decode graphs at (the list "
+        "rounded up to multiples of 1 + k); None without it")
     excluded_modes: dict[str, str] = Field(
         default_factory=dict, description="modes vLLM would downgrade for this deployment, and why")
     notes: list[str] = Field(default_factory=list)

@@ -68,6 +68,7 @@ class Deployment:
     attention_backend: str | None = None
     speculative: bool = False
     speculative_method: str | None = None
+    speculative_k: int | None = None  # num_speculative_tokens: a decode step verifies 1 + k tokens a request
     dynamic_speculative: bool = False
     pooling: bool = False
     encoder_decoder: bool = False
@@ -82,6 +83,7 @@ def deployment_of(args: Sequence[str], served_config: Mapping[str, Any] | None =
     spec_raw = get_flag(args, "--speculative-config", "--speculative_config")
     method = None
     dynamic = False
+    k: int | None = None
     if spec_raw:
         try:
             spec = json.loads(spec_raw)
@@ -91,6 +93,8 @@ def deployment_of(args: Sequence[str], served_config: Mapping[str, Any] | None =
             method = str(spec.get("method")) if spec.get("method") is not None else None
             dynamic = spec.get("num_speculative_tokens_per_batch_size") is not None \
                 and env.get("VLLM_USE_V2_MODEL_RUNNER", "0") in {"", "0"}
+            raw_k = spec.get("num_speculative_tokens")
+            k = raw_k if isinstance(raw_k, int) and not isinstance(raw_k, bool) and raw_k >= 1 else None
             inner = spec.get("attention_backend")
             if isinstance(inner, str) and backend is None:
                 backend = inner
@@ -99,8 +103,12 @@ def deployment_of(args: Sequence[str], served_config: Mapping[str, Any] | None =
     convert = (get_flag(args, "--convert") or "").lower()
     pooling = runner == "pooling" or task in _POOLING_TASKS or convert in {"embed", "classify", "reward"}
     enc_dec = bool(served_config and served_config.get("is_encoder_decoder"))
+    if k is None and spec_raw is None:
+        flag_k = get_flag(args, "--num-speculative-tokens")
+        k = int(flag_k) if flag_k and flag_k.isdigit() and int(flag_k) >= 1 else None
     return Deployment(attention_backend=backend.upper() if backend else None,
                       speculative=bool(spec_raw) or has_flag(args, "--num-speculative-tokens"),
+                      speculative_k=k,
                       speculative_method=method, dynamic_speculative=dynamic, pooling=pooling,
                       encoder_decoder=enc_dec)
 

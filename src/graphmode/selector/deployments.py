@@ -109,9 +109,28 @@ def deployment_warning(target: Mapping[str, Any], trained: list[dict[str, Any]])
     configuration is unlike every trained one; None when some trained configuration matches it."""
     differs = unlike(target, trained)
     if not differs:
-        if not trained or any(config_suffix(target) == config_suffix(s) for s in trained):
+        suffix = config_suffix(target)
+        same = [s for s in trained if config_suffix(s) == suffix]
+        if not trained:
             return None
+        if same:
+            return _carried_over(target, suffix, same, trained)
         differs = ["a combination of these no trained shape had"]
     seen = sorted({describe(s) for s in trained})
     return (f"trained on {' / '.join(seen)}; this deployment: {describe(target)}: the answer is extrapolated "
             f"({'; '.join(differs)})")
+
+
+def _carried_over(target: Mapping[str, Any], suffix: str, same: list[dict[str, Any]],
+                  trained: list[dict[str, Any]]) -> str | None:
+    """A configuration profiled on other models only, for a model trained in other configurations: no race of
+    this pair exists, so its answer is carried over (8B with ngram k=5, where only the 1B raced k=5)."""
+    model = target.get("model_config_hash")
+    if not suffix or not model or any(s.get("model_config_hash") == model for s in same) \
+            or not any(s.get("model_config_hash") == model for s in trained):
+        return None
+    others = sorted({f"{s.get('model_architecture') or 'a model'} {float(s['num_params_b']):.3g}B"
+                     if s.get("num_params_b") else str(s.get("model_architecture") or "another model")
+                     for s in same})
+    return (f"this configuration ({suffix}) was profiled on {', '.join(others)} only, not on this model: "
+            "the answer is carried over from there (no race of this model in it)")

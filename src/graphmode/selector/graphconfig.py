@@ -23,6 +23,7 @@ from graphmode.selector.capture import (
     choose_capture_sizes,
     costs_from_dataset,
     kv_bytes_per_token,
+    spec_decode_sizes,
 )
 from graphmode.selector.compat import allowed_modes, deployment_of
 
@@ -80,6 +81,8 @@ def complete(rec: Recommendation, *, step_sizes: StepSizes | None = None, vllm_a
             max_num_batched_tokens=int_flag(vllm_args, "--max-num-batched-tokens"), budget=budget, costs=costs,
             kv_bytes_per_token=kv)
         capture.excluded_modes = blocked
+        if dep.speculative_k and mode in {"FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"}:
+            _spec_decode_note(capture, dep.speculative_k + 1)
     cc = json.loads(rec.compilation_config) if rec.compilation_config else {}
     cc["cudagraph_mode"] = mode
     if capture is not None:
@@ -90,6 +93,19 @@ def complete(rec: Recommendation, *, step_sizes: StepSizes | None = None, vllm_a
         "notes": notes, "capture": capture, "ties": ties, "predictions": predictions,
     })
 
+
+
+def _spec_decode_note(capture: CaptureAnswer, query_len: int) -> None:
+    """Say what vLLM does to the list under speculative decoding: its FULL decode graphs sit at multiples of
+    1 + k (a decode step verifies that many tokens a request), so a batch of b requests pads to such a size."""
+    chosen = spec_decode_sizes(capture.sizes, query_len)
+    default = spec_decode_sizes(capture.default_sizes, query_len)
+    capture.decode_graph_sizes = chosen
+    capture.notes.append(
+        f"speculative decoding verifies {query_len} tokens a request per decode step: vLLM rounds the FULL decode "
+        f"graphs' sizes up to multiples of {query_len} ({len(chosen)} decode graphs for this list: "
+        f"{_sizes(chosen)}; {len(default)} for the default list), so the decode-graph count and padding differ "
+        "from the figures above, which count the list as given")
 
 
 def _num(v: float | None, fmt: str) -> str:
