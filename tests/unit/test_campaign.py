@@ -67,6 +67,10 @@ def test_race_command_carries_every_vllm_setting(tmp_path: Path) -> None:
                         root=ROOT)
     assert long[long.index("--max-model-len") + 1] == "17408"
     assert long[long.index("--grid") + 1] == str(ROOT / "bench" / "grids" / "race-long-prompt.yaml")
+    assert "--race-metrics" not in long
+    flood = race_command(camp.get("1b-high-concurrency"), work=tmp_path, tag="x", python="py", vllm_cmd="v",
+                         port=1, root=ROOT)
+    assert flood[flood.index("--race-metrics") + 1] == "tpot_p50,itl_p50"
 
 
 @pytest.mark.parametrize(("body", "message"), [
@@ -82,6 +86,7 @@ def test_race_command_carries_every_vllm_setting(tmp_path: Path) -> None:
     ("  - {name: a, shape: qwen3-30b-a3b, kv: 4G, modes: [FULL, PIECEWISE]}\n", "2 fit: race fewer modes"),
     ("  - {name: a, shape: llama-3.1-8b, kv: 4G, replicas: 4}\n", "or fewer replicas"),
     ("  - {name: a, shape: llama-3.2-1b, replicas: 0}\n", "replicas"),
+    ("  - {name: a, shape: llama-3.2-1b, race_metrics: [itl_p99]}\n", "unknown race metric itl_p99"),
     ("  - {name: a, shape: llama-3.2-1b, speculative: {method: ngram, num_speculative_tokens: 0}}\n",
      "num_speculative_tokens"),
     ("  - {name: a, shape: llama-3.2-1b, speculative: {num_speculative_tokens: 3}}\n", "needs a method"),

@@ -67,6 +67,7 @@ class CampaignConfig(BaseModel):
     starts: int = Field(2, ge=1, le=10)
     replicas: int = Field(1, ge=1, le=32, description="resident engines per arm (--replicas); > 1 replaces starts")
     max_rounds: int | None = Field(None, ge=1)
+    race_metrics: list[str] = Field(default_factory=list, description="metrics decided (the race's default: empty)")
     cell_s: float | None = Field(None, ge=0.5, le=600)
     cell_warmup_s: float | None = Field(None, ge=0, le=600)
     attention_backend: str | None = Field(None, pattern=r"^[A-Z][A-Z0-9_]*$")
@@ -97,6 +98,16 @@ class CampaignConfig(BaseModel):
         if DEFAULT_MODE in modes:
             raise ValueError(f"{DEFAULT_MODE.value} is the default: it races in every configuration")
         return [m.value for m in dict.fromkeys(modes)]
+
+    @field_validator("race_metrics")
+    @classmethod
+    def _metrics(cls, v: list[str]) -> list[str]:
+        from graphmode.profiling.race_rounds import KNOWN_RACE_METRICS
+
+        unknown = [m for m in v if m not in KNOWN_RACE_METRICS]
+        if unknown:
+            raise ValueError(f"unknown race metric {', '.join(unknown)}; known: {', '.join(KNOWN_RACE_METRICS)}")
+        return list(dict.fromkeys(v))
 
     @field_validator("vllm_args")
     @classmethod
@@ -347,6 +358,8 @@ def race_command(c: CampaignConfig, *, work: Path, tag: str, python: str, vllm_c
         cmd += ["--workloads", ",".join(c.workloads)]
     if c.control:
         cmd.append("--control")
+    if c.race_metrics:
+        cmd += ["--race-metrics", ",".join(c.race_metrics)]
     for flag, value in (("--max-rounds", c.max_rounds), ("--cell-s", c.cell_s),
                         ("--cell-warmup-s", c.cell_warmup_s)):
         if value is not None:
