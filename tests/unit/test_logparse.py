@@ -246,6 +246,16 @@ DOWNGRADES = [
 ]
 
 
+
+def test_cpu_eagle_start_records_its_speculative_config() -> None:
+    # vLLM 0.32 CPU, tiny Llama + one-layer dummy EAGLE draft (fixtures/vllm-0.32-cpu/SOURCE.md)
+    info = parse_startup_log_file(FIXTURES / "vllm-0.32-cpu" / "tiny-llama-eagle3.log")
+    assert info.non_default_args is not None
+    assert info.non_default_args["speculative_config"] == {
+        "method": "eagle", "model": "/tmp/eagle-probe/draft", "num_speculative_tokens": 3}
+    assert (info.kv_cache_tokens, info.max_concurrency, info.init_engine_s) == (644_736, 629.62, 50.12)
+    assert info.effective_mode == "NONE" and info.downgrades == []
+
 def _splice_after_engine_config(text: str, line: str) -> str:
     lines = text.split("\n")
     at = next(i for i, old in enumerate(lines) if "Initializing a V1 LLM engine" in old)

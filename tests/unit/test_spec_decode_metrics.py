@@ -49,6 +49,16 @@ def test_the_real_pages_carry_the_counters() -> None:
         .spec_acceptance_rate is None
 
 
+def test_an_eagle_draft_that_never_hits_reads_zero_not_none() -> None:
+    # real page: one-layer EAGLE draft, dummy weights, one 32-token greedy completion (SOURCE.md)
+    after = parse_metrics((CPU / "metrics-eagle-after.txt").read_text(), t=10.0)
+    assert (after.spec_decode_drafts_total, after.spec_decode_draft_tokens_total,
+            after.spec_decode_accepted_tokens_total) == (31.0, 93.0, 0.0)
+    feats = compute_features([_snap(0.0, 0.0, 0.0, 0.0), after])
+    assert feats.spec_acceptance_rate == 0.0
+    assert feats.spec_accept_length == 1.0
+
+
 def test_rates_over_the_window_only() -> None:
     snaps = [_snap(0.0, 100, 300, 150), _snap(5.0, 140, 420, 210), _snap(10.0, 200, 600, 240)]
     feats = compute_features(snaps)
