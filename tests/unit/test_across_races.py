@@ -84,6 +84,25 @@ def test_an_undecided_race_is_not_decided_by_the_others_but_says_what_would_sett
     assert kept_out is not None and not any("other races" in n for n in kept_out.notes)
 
 
+def test_an_undecided_race_held_back_only_by_its_starts_is_acted_on_like_one_start() -> None:
+    """The H200's 1b-ngram5 race (2026-12-03): a resume on a new host gave it a second start of each side,
+    FULL's TTFT read 0.765x [0.67-0.88] over both, and with no A/A arm the start effect between them was
+    unmeasured, so the race left it undecided: the same evidence as a one-start "better", and more."""
+    held = _v("1b-ngram5", 0.765, "undecided", starts=2).model_copy(update={"reads": "better", "hi": 0.878})
+    vs = [_v(s, r) for s, r in H200_FULL_TTFT.items()] + [held]
+    got = race_decision(vs, "1b-ngram5", "ttft_p50", {}, ORDER, {}, weighted=False)
+    assert got is not None and got.mode == "FULL" and got.basis == "better" and got.undecided == []
+    assert any("2 engine starts each read better together" in n and "the other races agree" in n
+               for n in got.notes)
+    assert not any("--budget-min" in n for n in got.notes)  # more rounds are not what it lacks
+    alone = race_decision([held], "1b-ngram5", "ttft_p50", {}, ORDER, {}, weighted=False)
+    assert alone is not None and alone.mode == D and alone.undecided == ["FULL"]
+    assert any("an A/A arm (--control) would decide it" in n for n in alone.notes)
+    # an undecided race whose rounds themselves are open is not lifted by the others
+    open_ = held.model_copy(update={"reads": None})
+    assert race_decision([*vs[:-1], open_], "1b-ngram5", "ttft_p50", {}, ORDER, {}, weighted=False).mode == D  # type: ignore[union-attr]
+
+
 def test_the_a_a_arms_are_the_control_and_read_no_effect() -> None:
     # the H200 / vLLM 0.33 A/A arms' TTFT (2026-12-02): two CONTROL arms, two FULL arms vLLM ran as the default
     vs = [_v("1b", 0.842, "undecided", mode="CONTROL"), _v("0.5b", 0.943, "undecided", mode="CONTROL"),
@@ -132,6 +151,10 @@ def test_the_bundled_033_model_answers_full_for_ttft_where_vllm_runs_it() -> Non
     assert answer("itl_p50", ngram)["mode"] == D
     k5 = answer("ttft_p50", ngram.replace('"num_speculative_tokens": 3', '"num_speculative_tokens": 5'))
     assert any("was profiled on LlamaForCausalLM 1.24B only" in w for w in k5["warnings"])  # type: ignore[attr-defined]
+    # k=5 on the 1B (2026-12-03, two starts of each side, no A/A arm): FULL's TTFT 0.765x, acted on with the others
+    base[-1] = str(root / "models" / "shapes" / "llama-3.2-1b.json")
+    k5_1b = answer("ttft_p50", ngram.replace('"num_speculative_tokens": 3', '"num_speculative_tokens": 5'))
+    assert k5_1b["mode"] == "FULL" and k5_1b["race"]["basis"] == "better"  # type: ignore[index]
 
 
 def test_each_race_counts_with_its_ratio_over_every_round() -> None:

@@ -92,6 +92,12 @@ def test_two_blocks_need_the_aa_arms_start_variance() -> None:
     near = [0.01, 0.0, -0.01, 0.0, 0.01, -0.01]  # ...but equivalence needs the start effect measured
     d = decide(near, SequentialRule(min_starts=2), bs, more_starts=True)
     assert d.verdict == "undecided" and "needs more starts" in d.why and "no A/A arm" in d.why
+    assert d.reads == "equivalent"  # what the rounds read with the start effect left out, for a caller to weigh
+    fast = [-0.27, -0.25, -0.3, -0.26, -0.28, -0.24]  # the H200's 1b-ngram5 FULL TTFT: 0.765x over 2 blocks
+    f = decide(fast, SequentialRule(), bs, more_starts=True)
+    assert f.verdict == "undecided" and f.reads == "better" and "one start reads better" in f.why
+    # a verdict the rounds settle on their own carries no such reading
+    assert decide(ys, SequentialRule(min_starts=2), bs, more_starts=True).reads is None
     # with an A/A arm that saw starts 1% apart over four blocks: Var = (ΣS/K²)·τ² + (Σ1/n_k/K²)·σ²_w
     between = BetweenStarts(tau2=0.01**2 / 2, blocks=4)
     iv = block_interval(near, bs, 0.95, between)

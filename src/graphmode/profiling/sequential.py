@@ -122,6 +122,10 @@ class Decision:
     why: str
     starts: int = 1  # distinct engine starts behind the rounds: the fewer of the mode's and the default's
     blocks: int = 1  # distinct (mode start, default start) pairs behind the rounds
+    # what the interval over the rounds reads when the starts alone hold the verdict back ("better" from two
+    # start blocks and no A/A arm): evidence at least as strong as a one-start "better", which a caller may
+    # act on when independent comparisons agree
+    reads: Verdict | None = None
 
     @property
     def decided(self) -> bool:
@@ -269,7 +273,8 @@ def decide(log_ratios: Sequence[float], rule: SequentialRule = SequentialRule(),
                            starts, k)
     if settled is not None:
         return settled if allow else Decision("undecided", n, ratio, rlo, rhi,
-                                              f"{note}; one start reads {settled.verdict}", starts, k)
+                                              f"{note}; one start reads {settled.verdict}", starts, k,
+                                              reads=settled.verdict)
     why = _open_reason(lo, hi, up, down)
     if lo > up:  # past 1+δ, short of the start margin
         why = (f"interval above 1+δ but not past the start margin ({math.exp(worse_at):.3f}): without an "

@@ -89,6 +89,9 @@ class RaceVerdict(BaseModel):
     ratio_all: float | None = Field(None, description="geometric mean of mode / default over every round, also "
                                                       "those after the verdict's first crossing")
     rounds_all: int | None = Field(None, description="the rounds behind ratio_all")
+    reads: VerdictKind | None = Field(None, description="an undecided verdict held back only by its engine "
+                                                        "starts (two start blocks, no A/A arm): what its "
+                                                        "interval over the rounds reads")
 
     def cell(self) -> str:
         """A table cell: ``better 0.768× [0.62–0.95] n=8 s=1`` (rounds n, engine starts s)."""
@@ -167,7 +170,7 @@ def _verdict(shape: str, arm: str, metric: str, workload: str | None, d: Decisio
     return RaceVerdict(shape=shape, mode=arm, metric=metric, workload=workload, verdict=d.verdict, rounds=d.n,
                        ratio=d.ratio, lo=d.lo, hi=d.hi, delta=rule.delta, confidence=rule.confidence, why=d.why,
                        features=features, starts=max(1, d.starts), runs_as=runs_as, ratio_all=all_rounds[0],
-                       rounds_all=all_rounds[1] or None)
+                       rounds_all=all_rounds[1] or None, reads=d.reads)
 
 
 class EquivalentMode(BaseModel):
@@ -298,7 +301,8 @@ def race_decision(
     *allowed* the modes that meet the objective's constraints (None: all), and *corroborated* the modes
     that an independent paired comparison (other engine starts) puts on the better side of the default
     for this shape and metric: a "better" verdict from one start per arm needs that, or the other races in
-    *verdicts* better by δ too (:func:`across_races`), to be acted on.
+    *verdicts* better by δ too (:func:`across_races`), to be acted on. So does an undecided verdict that only
+    its starts hold back (``reads == "better"``: two start blocks and no A/A arm to measure between them).
     """
     mine = [v for v in verdicts if v.shape == shape and v.metric == metric and v.mode != CONTROL_ARM]
     notes: list[str] = []
@@ -329,10 +333,12 @@ def race_decision(
     backed = set(corroborated)
     support: dict[str, AcrossRaces] = {}
     better = []
+    held: set[str] = set()  # undecided only for want of a measured start effect, acted on like one start
     for v in sorted(chosen.values(), key=lambda v: (v.ratio or 1.0)):
-        if v.verdict != "better" or (ok is not None and v.mode not in ok):
+        starts_only = v.verdict == "undecided" and v.reads == "better"
+        if (v.verdict != "better" and not starts_only) or (ok is not None and v.mode not in ok):
             continue
-        if v.starts >= 2 or v.mode in backed:
+        if (v.starts >= 2 and not starts_only) or v.mode in backed:
             better.append(v)
             continue
         others = across_races(verdicts, v.mode, metric, exclude_shape=shape, delta=v.delta,
@@ -340,6 +346,13 @@ def race_decision(
         if others is not None and others.verdict == "better":
             better.append(v)
             support[v.mode] = others
+            if starts_only:
+                held.add(v.mode)
+            continue
+        if starts_only:
+            notes.append(f"race: {v.describe()}; over its {v.starts} engine starts of each side the interval reads "
+                         "better, but no A/A arm measured the start effect and no other paired comparison "
+                         "agrees: an A/A arm (--control) would decide it")
             continue
         aa = next((a for a in verdicts if a.shape == shape and a.metric == metric and a.workload is None
                    and a.ratio is not None and (a.mode == CONTROL_ARM or a.runs_as == default_mode)), None)
@@ -347,9 +360,11 @@ def race_decision(
         notes.append(f"race: {v.describe()}, but from one engine start each and no other paired comparison "
                      f"agrees{spread}: not acted on until a second start does")
     worse = sorted(m for m, v in chosen.items() if v.verdict == "worse")
-    undecided = sorted(m for m, v in chosen.items() if v.verdict == "undecided")
+    undecided = sorted(m for m, v in chosen.items() if v.verdict == "undecided" and m not in held)
     for m in undecided:
         v = chosen[m]
+        if v.reads is not None:  # held back by its starts, not its rounds: said above
+            continue
         others = across_races(verdicts, m, metric, exclude_shape=shape, delta=v.delta, confidence=v.confidence)
         if others is not None and others.verdict == "better" and (v.ratio or 1.0) < 1.0 \
                 and (ok is None or m in ok):
@@ -373,9 +388,11 @@ def race_decision(
             e.mode + _savings(e.saves_graph_gib, e.saves_startup_s) for e in equivalent))
     if better:
         first = support.get(better[0].mode)
-        agree = (f"; one engine start each, and the other races agree: {first.describe()}" if first is not None
-                 else "; one engine start each, and the paired campaign rounds (other starts, other hosts) agree"
-                 if better[0].starts < 2 else f"; {better[0].starts} engine starts each")
+        each = (f"{better[0].starts} engine starts each read better together, but no A/A arm measured the start "
+                "effect" if better[0].mode in held else "one engine start each")
+        agree = (f"; {each}, and the other races agree: {first.describe()}" if first is not None
+                 else f"; {each}, and the paired campaign rounds (other starts, other hosts) agree"
+                 if better[0].starts < 2 or better[0].mode in held else f"; {better[0].starts} engine starts each")
         notes.append("race: " + better[0].describe() + agree)
         return RaceAnswer(mode=better[0].mode, basis="better", metric=metric, region=region, verdict=better[0],
                           equivalent=equivalent, worse=worse, undecided=undecided, notes=notes)
