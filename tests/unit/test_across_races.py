@@ -95,6 +95,7 @@ def test_an_undecided_race_held_back_only_by_its_starts_is_acted_on_like_one_sta
     assert any("2 engine starts each read better together" in n and "the other races agree" in n
                for n in got.notes)
     assert not any("--budget-min" in n for n in got.notes)  # more rounds are not what it lacks
+    assert held.cell() == "undecided 0.765× [0.61–0.88] n=8 s=2 (reads better; start effect unmeasured)"
     alone = race_decision([held], "1b-ngram5", "ttft_p50", {}, ORDER, {}, weighted=False)
     assert alone is not None and alone.mode == D and alone.undecided == ["FULL"]
     assert any("an A/A arm (--control) would decide it" in n for n in alone.notes)

@@ -40,12 +40,14 @@ def test_the_h200_campaign_loads_and_packs_into_leases_of_whole_configurations()
     plan = lease_plan(camp)
     assert all(lease.planned_min <= camp.lease_min for lease in plan)
     assert [c.name for lease in plan for c in lease.configs] == [c.name for c in camp.configs]
-    assert len(plan) == 5
+    # five leases as planned; a top-up (a larger budget_min on a configuration already raced, as 1b-ngram5's
+    # on 2026-12-03) re-packs what follows it, so the count may grow, never the configurations' order
+    assert len(plan) >= 5
     names = {c.name for c in camp.configs}
     assert {"1b-flashinfer", "8b-triton", "8b-fp8", "1b-ngram5", "moe30b-full", "1b-high-concurrency"} <= names
     hc = camp.get("1b-high-concurrency")
     assert hc.max_num_seqs == 1024 and hc.engines() == 4
-    assert [c.name for c in select(camp, ["@5"])] == ["moe30b-full", "moe30b-piecewise", "8b-eagle"]
+    assert [c.name for c in select(camp, [f"@{len(plan)}"])] == ["moe30b-full", "moe30b-piecewise", "8b-eagle"]
 
 
 def test_race_command_carries_every_vllm_setting(tmp_path: Path) -> None:
@@ -118,7 +120,7 @@ def test_the_command_line_says_what_is_wrong_without_a_traceback(tmp_path: Path,
     err = capsys.readouterr().err
     assert err.startswith("error: campaign") and "Traceback" not in err
     assert main(["names", str(H200), "--root", str(ROOT), "@9"]) == 2
-    assert "leases 1 to 5" in capsys.readouterr().err
+    assert f"leases 1 to {len(lease_plan(load_campaign(H200, ROOT)))}" in capsys.readouterr().err
     assert main(["plan", str(H200), "--root", str(ROOT)]) == 0
     out = capsys.readouterr().out
     assert "lease 1 (~25 GPU-min): 1b-triton 8b-triton 1b-flashinfer" in out

@@ -99,7 +99,9 @@ class RaceVerdict(BaseModel):
         if self.ratio is None:
             return f"{self.verdict} (n={self.rounds}){ran}"
         ci = f" [{self.lo:.2f}–{self.hi:.2f}]" if self.lo is not None and self.hi is not None else ""
-        return f"{self.verdict} {self.ratio:.3f}×{ci} n={self.rounds} s={self.starts}{ran}"
+        # the verdict stays open for want of a measured start effect, not of rounds: say what the rounds read
+        held = f" (reads {self.reads}; start effect unmeasured)" if self.reads else ""
+        return f"{self.verdict} {self.ratio:.3f}×{ci} n={self.rounds} s={self.starts}{held}{ran}"
 
     def describe(self) -> str:
         where = f" on {self.workload}" if self.workload else ""
