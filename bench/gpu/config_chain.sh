@@ -14,9 +14,12 @@
 # 25 usable GPU-min per 30-minute lease after the 0.33 bundle transfer):
 #   lease 1 (~25 GPU-min): 1b-triton 8b-triton 1b-flashinfer
 #   lease 2 (~25 GPU-min): 8b-fp8 olmoe-1b-7b 8b-flashinfer
-#   lease 3 (~25 GPU-min): 1b-ngram3 1b-ngram5 8b-ngram3
-#   lease 4 (~25 GPU-min): 8b-ngram5 1b-long-prompt 1b-high-concurrency
-#   lease 5 (~25 GPU-min): moe30b-full moe30b-piecewise 8b-eagle
+#   lease 3 (~21.5 GPU-min): 1b-ngram3 1b-ngram5 (1b-ngram5 topped up to 12 GPU-min on 2026-12-03)
+#   lease 4 (~17 GPU-min): 8b-ngram3 8b-ngram5
+#   lease 5 (~18 GPU-min): 1b-long-prompt 1b-high-concurrency
+#   lease 6 (~25 GPU-min): moe30b-full moe30b-piecewise 8b-eagle
+# (as run: 8b-ngram3 went with lease 3; a top-up re-packs the plan after it, so name configurations
+# rather than @N once a campaign is under way)
 # Lease N, last bundle call (docs/configs-campaign.md has the whole sequence):
 #   GM_SITE=/tmp/site-0.33 RACE_TAG=cfg-h200-vllm0.33 bash bench/gpu/config_chain.sh 480 \
 #       bench/gpu/configs/h200-0.33.yaml @N
