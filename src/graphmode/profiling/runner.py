@@ -367,7 +367,8 @@ class Profiler:
         t0, results = drive.t0, drive.results
         # Warm-up: one request lifetime (the first to finish), within [min_warmup_s, warmup_s]; a fixed one
         # (race cells: min = max) ends on the dot, so every arm of a round measures the same window
-        if adaptive.min_warmup_s >= workload.warmup_s:
+        fixed = adaptive.min_warmup_s >= workload.warmup_s
+        if fixed:
             await sleep(max(0.0, t0 + workload.warmup_s - clock()))
         while True:
             now = clock()
@@ -375,7 +376,9 @@ class Profiler:
             if now >= t0 + workload.warmup_s or (firsts and now >= t0 + adaptive.min_warmup_s):
                 break
             await sleep(0.05)
-        drive.t_measure = clock()
+        # A fixed window starts at the planned instant, not when the event loop woke: on a loaded host the
+        # wake-up lags by tens of ms, which would shift one arm's window against the other's
+        drive.t_measure = t0 + workload.warmup_s if fixed else clock()
         monitor = WindowMonitor(drive.t_measure)
         hard_end = drive.t_measure + workload.duration_s
         drive.t_end = hard_end
