@@ -26,7 +26,7 @@ try:
 except ImportError:  # run from a checkout without the package installed
     sys.path.insert(0, str(BENCH.parent / "src"))
 
-from profile_cost import _shape_name, dataset_costs  # noqa: E402
+from profile_cost import DatasetCost, _shape_name, dataset_costs  # noqa: E402
 
 from graphmode.core.dataset import ProfileStore  # noqa: E402
 from graphmode.profiling.race_rounds import KNOWN_RACE_METRICS, RACE_METRICS  # noqa: E402
@@ -75,15 +75,15 @@ def spec_line(rows: list[dict[str, object]]) -> str | None:
     return arms_spec_line(arm_costs(rows))
 
 
-def across_table(by_shape: dict[tuple[str, str], list[RaceVerdict]], metrics: list[str], rule: SequentialRule,
+def across_table(by_shape: dict[Pool, list[RaceVerdict]], metrics: list[str], rule: SequentialRule,
                  markdown: bool) -> list[str]:
     """Per vLLM release, each mode against the default over every race (one per shape and configuration, each
     its own engine starts): the t interval of the races' log ratios, each over all its rounds
     (graphmode.selector.verdicts.across_races), what tells a mode's effect from a start's when every race
     has one start per arm."""
     out: list[str] = []
-    for release in sorted({r for _, r in by_shape}):
-        vs = [v for (_, r), group in by_shape.items() if r == release for v in group]
+    for release in sorted({r for _, r, _ in by_shape}):
+        vs = [v for (_, r, _), group in by_shape.items() if r == release for v in group]
         modes = sorted({v.mode for v in vs if v.mode != "CONTROL" and not v.runs_as})
         rows = []
         for m in modes:
@@ -103,6 +103,20 @@ def across_table(by_shape: dict[tuple[str, str], list[RaceVerdict]], metrics: li
             out += ["", f"{'### ' if markdown else ''}{title}", ""]
             out += table(["mode", *metrics], rows, markdown)
     return out
+
+
+# (shape key, vLLM release, max_model_len): the rounds one table pools
+Pool = tuple[str, str, int | None]
+
+
+def _release(r: dict[str, object]) -> str:
+    return str(r.get("fp_vllm_version") or "?").split("+")[0]
+
+
+def _pool(r: dict[str, object]) -> Pool:
+    shape = shape_of_row(r)
+    length = shape.get("max_model_len")
+    return shape_key(shape), _release(r), length if isinstance(length, int) else None
 
 
 def mode_label(mode: str, pooled: dict[tuple[str, str], RaceVerdict]) -> str:
@@ -131,30 +145,49 @@ def main(argv: list[str] | None = None) -> int:
     metrics = [m for m in args.metrics.split(",") if m]
     rule = SequentialRule(delta=args.delta, confidence=args.confidence)
     rows = []
+    path_pools: dict[Path, set[Pool]] = defaultdict(set)
     for path in args.datasets:
         with ProfileStore(path, readonly=True) as store:
-            rows += store.rows()
-    # Races of one shape under different vLLM releases are not pooled: a release can move a verdict.
+            for r in store.rows():
+                rows.append(r)
+                if r.get("race_round") is not None:
+                    path_pools[path].add(_pool(r))
+    # Races of one shape under different vLLM releases are not pooled: a release can move a verdict; nor are
+    # races at another --max-model-len (graphmode.selector.verdicts.race_verdicts)
     by_release: dict[str, list[dict[str, object]]] = defaultdict(list)
     for r in rows:
-        by_release[str(r.get("fp_vllm_version") or "?").split("+")[0]].append(r)
+        by_release[_release(r)].append(r)
     releases = len(by_release) > 1
-    names: dict[tuple[str, str], str] = {}
-    by_shape: dict[tuple[str, str], list[RaceVerdict]] = defaultdict(list)
-    shape_rows: dict[tuple[str, str], list[dict[str, object]]] = defaultdict(list)
+    names: dict[Pool, str] = {}
+    base: dict[Pool, str] = {}
+    by_shape: dict[Pool, list[RaceVerdict]] = defaultdict(list)
+    shape_rows: dict[Pool, list[dict[str, object]]] = defaultdict(list)
     for release, group in by_release.items():
         for r in group:
-            names[(shape_key(shape_of_row(r)), release)] = _shape_name(r) + (f", vLLM {release}" if releases else "")
-            shape_rows[(shape_key(shape_of_row(r)), release)].append(r)
+            base[_pool(r)] = _shape_name(r)
+            names[_pool(r)] = base[_pool(r)] + (f", vLLM {release}" if releases else "")
+            shape_rows[_pool(r)].append(r)
         for v in race_verdicts(group, rule, metrics):
-            by_shape[(v.shape, release)].append(v)
-    costs = {c.shape: c for path in args.datasets for c in dataset_costs(path) if c.kind == "race"}
+            by_shape[(v.shape, release, v.max_model_len)].append(v)
+    lengths: dict[tuple[str, str], int] = defaultdict(int)
+    for shape, release, _ in by_shape:
+        lengths[(shape, release)] += 1
+    for pool in names:
+        if lengths[pool[:2]] > 1 and pool[2] is not None:
+            names[pool] += f", max_model_len={pool[2]}"
+    # a dataset's race cost, on the pool its rows raced (one dataset per configuration in the campaigns)
+    costs: dict[Pool, list[DatasetCost]] = defaultdict(list)
+    for path in args.datasets:
+        for c in dataset_costs(path):
+            for pool in path_pools[path]:
+                if c.kind == "race" and base.get(pool) == c.shape and not releases:
+                    costs[pool].append(c)
     out: list[str] = []
-    for shape, vs in sorted(by_shape.items(), key=lambda kv: names.get(kv[0], kv[0][0])):
+    for shape, vs in sorted(by_shape.items(), key=lambda kv: (base.get(kv[0], kv[0][0]), kv[0][1], kv[0][2] or 0)):
         name = names.get(shape, shape[0])
-        c = costs.get(name.split(", vLLM ")[0]) if not releases else None
-        cost = (f": {c.gpu_s / 60:.1f} GPU-min, {c.rounds} rounds, {c.cells} cells, {c.starts} engine starts"
-                if c else "")
+        cs = costs.get(shape, [])
+        cost = (f": {sum(c.gpu_s for c in cs) / 60:.1f} GPU-min, {sum(c.rounds for c in cs)} rounds, "
+                f"{sum(c.cells for c in cs)} cells, {sum(c.starts for c in cs)} engine starts" if cs else "")
         out += ["", f"{'### ' if args.markdown else ''}{name}{cost}", ""]
         pooled = {(v.mode, v.metric): v for v in vs if v.workload is None}
         modes = sorted({m for m, _ in pooled}, key=lambda m: (m == "CONTROL", m))

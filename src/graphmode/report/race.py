@@ -32,13 +32,16 @@ def shape_names(card: ModelCard) -> dict[str, str]:
 
 def tables(card: ModelCard) -> list[tuple[str, list[str], list[list[str]]]]:
     """(shape name, header, rows) per raced shape: mode and one cell per metric (n rounds, s engine starts)."""
-    pooled: dict[str, list[RaceVerdict]] = defaultdict(list)
+    pooled: dict[tuple[str, int | None], list[RaceVerdict]] = defaultdict(list)
     for v in card.race:
         if v.workload is None:
-            pooled[v.shape].append(v)
+            pooled[v.pool].append(v)
     names = shape_names(card)
+    lengths: dict[str, int] = defaultdict(int)
+    for shape, _ in pooled:
+        lengths[shape] += 1
     out = []
-    for shape, vs in sorted(pooled.items(), key=lambda kv: names.get(kv[0], kv[0])):
+    for (shape, length), vs in sorted(pooled.items(), key=lambda kv: (names.get(kv[0][0], kv[0][0]), kv[0][1] or 0)):
         metrics = sorted({v.metric for v in vs})
         by = {(v.mode, v.metric): v for v in vs}
         modes = sorted({v.mode for v in vs}, key=lambda m: (m == CONTROL, m))
@@ -48,7 +51,9 @@ def tables(card: ModelCard) -> list[tuple[str, list[str], list[list[str]]]]:
         if wander:
             rows.append(["the default again, same start: round-to-round CV",
                          *(_wander_cell(wander[k]) if k in wander else "–" for k in metrics)])
-        out.append((names.get(shape, shape), ["mode", *metrics], rows))
+        # a shape raced at several max_model_len gets a table per length (its pools: selector.verdicts)
+        at = f" at max_model_len={length}" if lengths[shape] > 1 and length is not None else ""
+        out.append((names.get(shape, shape) + at, ["mode", *metrics], rows))
     return out
 
 

@@ -456,6 +456,7 @@ class Recommender:
             table, weighted=bool(obj.memory_weight or obj.startup_weight),
             allowed=[m for m, s in ranking.scores.items() if s is not None and s.status != "violates"],
             default_mode=self.default_mode, corroborated=self._paired_better(obj.metric),
+            max_model_len=_int_or_none(self._shape.get("max_model_len") if self._shape else None),
         ) if self.card.race else None
         if race is not None and race.mode in ranking.scores:
             if race.basis != "default" or best != self.default_mode:
@@ -612,3 +613,7 @@ class Recommender:
             imputed=imputed,
             reasons=low + medium,
         )
+
+
+def _int_or_none(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None

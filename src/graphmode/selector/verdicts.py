@@ -92,6 +92,8 @@ class RaceVerdict(BaseModel):
     reads: VerdictKind | None = Field(None, description="an undecided verdict held back only by its engine "
                                                         "starts (two start blocks, no A/A arm): what its "
                                                         "interval over the rounds reads")
+    max_model_len: int | None = Field(None, description="--max-model-len of the race's engines (None: the "
+                                                         "model's own): races at other lengths pool apart")
 
     def cell(self) -> str:
         """A table cell: ``better 0.768× [0.62–0.95] n=8 s=1`` (rounds n, engine starts s)."""
@@ -103,8 +105,15 @@ class RaceVerdict(BaseModel):
         held = f" (reads {self.reads}; start effect unmeasured)" if self.reads else ""
         return f"{self.verdict} {self.ratio:.3f}×{ci} n={self.rounds} s={self.starts}{held}{ran}"
 
+    @property
+    def pool(self) -> tuple[str, int | None]:
+        """The rounds a pooled verdict averages: one shape and configuration at one max_model_len."""
+        return self.shape, self.max_model_len
+
     def describe(self) -> str:
         where = f" on {self.workload}" if self.workload else ""
+        if self.workload is None and self.max_model_len is not None:
+            where = f" at max_model_len={self.max_model_len}"
         if self.ratio is None:
             return f"{self.mode} {self.verdict} on {self.metric}{where} ({self.why})"
         ci = f", {self.confidence:.0%} interval {self.lo:.3f}–{self.hi:.3f}" if self.lo is not None else ""
@@ -114,15 +123,21 @@ class RaceVerdict(BaseModel):
 
 def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = SequentialRule(),
                   metrics: Sequence[str] = RACE_METRICS) -> list[RaceVerdict]:
-    """Pooled and per-workload verdicts per (shape, arm, metric) of every raced shape in *rows*."""
-    by_shape: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    """Pooled and per-workload verdicts per (shape, max_model_len, arm, metric) of every raced shape in *rows*.
+
+    Races of one shape at another ``--max-model-len`` pool apart: a long-context race runs prompts the
+    others cannot (8-16K tokens on the 1B at 17408), where a mode's effect differs (FULL's TTFT win on short
+    prompts vanished there, H200 2026-12-03), and averaging the two regions would decide neither."""
+    by_shape: dict[tuple[str, int | None], list[Mapping[str, Any]]] = defaultdict(list)
     for r in rows:
         # a capture-size arm (profiling/race_sizes.py) measured a list, not a mode: no mode verdict of it
         if r.get("status") == "ok" and r.get("race_round") is not None and r.get("race_arm") \
                 and not is_sizes_row(r):
-            by_shape[shape_key(shape_of_row(r))].append(r)
+            shape_row = shape_of_row(r)
+            length = shape_row.get("max_model_len")
+            by_shape[(shape_key(shape_row), length if isinstance(length, int) else None)].append(r)
     out: list[RaceVerdict] = []
-    for shape, shape_rows in sorted(by_shape.items()):
+    for (shape, length), shape_rows in sorted(by_shape.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
         # one numbering for the rounds of every race of this shape: (race, round) is the pairing unit
         index = {k: i for i, k in enumerate(sorted({(str(r.get("race_id")), int(r["race_round"]))
                                                      for r in shape_rows}))}
@@ -140,6 +155,7 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = Sequ
                     v = r.get("obs_" + f)
                     if isinstance(v, int | float) and math.isfinite(v) and v > 0:
                         feats[str(r["workload"])][f].append(float(v))
+        centre = _centre({f: float(sum(xs) / len(xs)) for f, xs in by_f.items() if xs} for by_f in feats.values())
         for arm in table.arms():
             if arm == DEFAULT_ARM:
                 continue
@@ -148,14 +164,25 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = Sequ
             runs_as = next(iter(ran[arm])) if arm != CONTROL_ARM and len(ran[arm]) == 1 \
                 and next(iter(ran[arm])) != arm else None
             for metric, d in v.pooled.items():
-                out.append(_verdict(shape, arm, metric, None, d, rule, {}, runs_as,
-                                    _all_rounds(table.blocked(arm, metric)[0])))
+                out.append(_verdict(shape, arm, metric, None, d, rule, centre, runs_as,
+                                    _all_rounds(table.blocked(arm, metric)[0]), length))
             for (metric, workload), d in sorted(v.by_workload.items()):
                 if d.n:
                     region = {f: float(sum(xs) / len(xs)) for f, xs in feats[workload].items() if xs}
                     out.append(_verdict(shape, arm, metric, workload, d, rule, region, runs_as,
-                                        _all_rounds(table.blocked(arm, metric, workload)[0])))
+                                        _all_rounds(table.blocked(arm, metric, workload)[0]), length))
     return out
+
+
+def _centre(regions: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """Where a pool of workloads sits: per feature, the geometric mean over its workloads (distances are in
+    log space, :func:`_log_distance`)."""
+    logs: dict[str, list[float]] = defaultdict(list)
+    for region in regions:
+        for f, x in region.items():
+            if x > 0:
+                logs[f].append(math.log(x))
+    return {f: math.exp(sum(ys) / len(ys)) for f, ys in logs.items() if ys}
 
 
 def _all_rounds(log_ratios: Sequence[float]) -> tuple[float | None, int]:
@@ -167,12 +194,12 @@ def _all_rounds(log_ratios: Sequence[float]) -> tuple[float | None, int]:
 
 def _verdict(shape: str, arm: str, metric: str, workload: str | None, d: Decision, rule: SequentialRule,
              features: dict[str, float], runs_as: str | None = None,
-             all_rounds: tuple[float | None, int] = (None, 0)) -> RaceVerdict:
+             all_rounds: tuple[float | None, int] = (None, 0), max_model_len: int | None = None) -> RaceVerdict:
     # starts behind the verdict: the rounds up to its first crossing (the fewer of the mode's and the default's)
     return RaceVerdict(shape=shape, mode=arm, metric=metric, workload=workload, verdict=d.verdict, rounds=d.n,
                        ratio=d.ratio, lo=d.lo, hi=d.hi, delta=rule.delta, confidence=rule.confidence, why=d.why,
                        features=features, starts=max(1, d.starts), runs_as=runs_as, ratio_all=all_rounds[0],
-                       rounds_all=all_rounds[1] or None, reads=d.reads)
+                       rounds_all=all_rounds[1] or None, reads=d.reads, max_model_len=max_model_len)
 
 
 class EquivalentMode(BaseModel):
@@ -283,6 +310,33 @@ def _log_distance(a: Mapping[str, float], b: Mapping[str, Any]) -> float | None:
     return math.sqrt(sum(math.log(a[f] / float(b[f])) ** 2 for f in common) / len(common))
 
 
+def _pick_pool(mine: Sequence[RaceVerdict], features: Mapping[str, Any], max_model_len: int | None,
+               notes: list[str]) -> int | None:
+    """The max_model_len whose pooled verdicts answer (race_decision's docstring); a note when there was a
+    choice."""
+    pooled = [v for v in mine if v.workload is None]
+    lengths = sorted({v.max_model_len for v in pooled}, key=lambda x: x or 0)
+    if len(lengths) < 2:
+        return lengths[0] if lengths else None
+    centres = {v.max_model_len: v.features for v in pooled if v.features}
+    dists = {n: d for n in lengths if n in centres and (d := _log_distance(centres[n], features)) is not None}
+    if len(dists) == len(lengths):
+        pick, why = min(lengths, key=lambda n: dists[n]), "its raced workloads sit nearest the request's"
+    elif max_model_len in lengths:
+        pick, why = max_model_len, "the deployment's --max-model-len"
+    else:
+        pick = max(lengths, key=lambda n: max(v.rounds for v in pooled if v.max_model_len == n))
+        why = "the most rounds (the request's workload and max_model_len match none)"
+
+    def name(n: int | None) -> str:
+        return "the model's own max_model_len" if n is None else f"max_model_len={n}"
+
+    others = ", ".join(name(n) for n in lengths if n != pick)
+    notes.append(f"race: this shape was raced at {len(lengths)} max_model_len; the races at {name(pick)} answer "
+                 f"({why}), not those at {others}")
+    return pick
+
+
 def race_decision(
     verdicts: Sequence[RaceVerdict],
     shape: str,
@@ -295,6 +349,7 @@ def race_decision(
     allowed: Iterable[str] | None = None,
     default_mode: str = DEFAULT_MODE.value,
     corroborated: Iterable[str] = (),
+    max_model_len: int | None = None,
 ) -> RaceAnswer | None:
     """The race's answer for (*shape*, *metric*) and a request's *features*; None without race verdicts.
 
@@ -305,9 +360,13 @@ def race_decision(
     for this shape and metric: a "better" verdict from one start per arm needs that, or the other races in
     *verdicts* better by δ too (:func:`across_races`), to be acted on. So does an undecided verdict that only
     its starts hold back (``reads == "better"``: two start blocks and no A/A arm to measure between them).
+    Where the shape was raced at several ``--max-model-len`` (pools), the pool whose workloads sit nearest
+    the request's *features* answers, else the one at the deployment's *max_model_len*, else the largest.
     """
     mine = [v for v in verdicts if v.shape == shape and v.metric == metric and v.mode != CONTROL_ARM]
     notes: list[str] = []
+    length = _pick_pool(mine, features, max_model_len, notes)
+    mine = [v for v in mine if v.max_model_len == length]
     # an arm vLLM ran as another mode measured that mode: it is neither evidence for nor a candidate of its name
     downgraded = sorted({(v.mode, v.runs_as) for v in mine if v.runs_as})
     if downgraded:
@@ -356,7 +415,7 @@ def race_decision(
                          "better, but no A/A arm measured the start effect and no other paired comparison "
                          "agrees: an A/A arm (--control) would decide it")
             continue
-        aa = next((a for a in verdicts if a.shape == shape and a.metric == metric and a.workload is None
+        aa = next((a for a in verdicts if a.pool == (shape, length) and a.metric == metric and a.workload is None
                    and a.ratio is not None and (a.mode == CONTROL_ARM or a.runs_as == default_mode)), None)
         spread = f"; this shape's A/A arm put two starts of the default {aa.ratio:.2f}× apart" if aa else ""
         notes.append(f"race: {v.describe()}, but from one engine start each and no other paired comparison "

@@ -1,0 +1,84 @@
+"""Races of one shape at another --max-model-len pool apart (graphmode.selector.verdicts): the H200's
+1b-long-prompt race (8-16K prompts at max_model_len 17408, 2026-12-03) read FULL's TTFT at 1.015x where the
+short-prompt 1B race read 0.75x; pooled together they decided neither. The request's workload picks the pool."""
+
+from __future__ import annotations
+
+import pytest
+
+from graphmode.core.modes import DEFAULT_MODE
+from graphmode.profiling.sequential import SequentialRule
+from graphmode.selector.verdicts import RaceVerdict, race_decision, race_verdicts
+
+D = DEFAULT_MODE.value
+ORDER = ["FULL", D, "PIECEWISE"]
+# the default's ITL per round: the clock moves it; FULL sits at a fixed ratio to it within a round
+WANDER = [1.0, 1.07, 0.95, 1.03, 0.98, 1.05, 0.93, 1.01, 1.04, 0.97]
+
+
+def race(race_id: str, length: int, ratio: float, input_tokens: float) -> list[dict[str, object]]:
+    """One race of shape 'abc' at *length*: FULL's TTFT at *ratio* to the default's every round (±1%)."""
+    rows: list[dict[str, object]] = []
+    for rnd, w in enumerate(WANDER):
+        common = {"status": "ok", "race_id": race_id, "race_round": rnd, "workload": "w",
+                  "fp_model_config_hash": "abc", "dep_unknown": "[]", "dep_max_model_len": length,
+                  "itl_p50": 0.002 * w}
+        rows.append({**common, "race_arm": D, "ttft_p50": 0.05 * w, "obs_arrival_rate": 4.0,
+                     "obs_mean_input_tokens": input_tokens, "obs_mean_output_tokens": 128.0})
+        rows.append({**common, "race_arm": "FULL", "ttft_p50": 0.05 * w * ratio * (1.01 if rnd % 2 else 0.99)})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def verdicts() -> list[RaceVerdict]:
+    return race_verdicts(race("short", 4096, 0.75, 300.0) + race("long", 17408, 1.0, 12000.0), SequentialRule())
+
+
+def pooled(vs: list[RaceVerdict]) -> dict[int | None, RaceVerdict]:
+    return {v.max_model_len: v for v in vs if v.workload is None and v.metric == "ttft_p50" and v.mode == "FULL"}
+
+
+def test_each_max_model_len_gets_its_own_pooled_verdict(verdicts: list[RaceVerdict]) -> None:
+    by_len = pooled(verdicts)
+    assert set(by_len) == {4096, 17408}
+    assert by_len[4096].verdict == "better" and by_len[4096].ratio == pytest.approx(0.75, rel=0.02)
+    assert by_len[17408].verdict == "equivalent" and by_len[17408].ratio == pytest.approx(1.0, abs=0.02)
+    # the pool's centre: where its workloads sat, so a request can be matched to it
+    assert by_len[17408].features["mean_input_tokens"] == pytest.approx(12000.0)
+    assert by_len[17408].pool == ("abc", 17408) and "at max_model_len=17408" in by_len[17408].describe()
+    # together the two would have averaged 0.87x over 20 rounds that no workload ran
+    mixed = race_verdicts([{**r, "dep_max_model_len": 4096} for r in race("short", 4096, 0.75, 300.0)
+                           + race("long", 4096, 1.0, 12000.0)], SequentialRule())
+    (one,) = pooled(mixed).values()
+    assert one.ratio is not None and 0.8 < (one.ratio_all or one.ratio) < 0.95
+
+
+def test_the_request_picks_the_pool_its_workload_sits_nearest(verdicts: list[RaceVerdict]) -> None:
+    short = race_decision(verdicts, "abc", "ttft_p50", {"mean_input_tokens": 256.0, "arrival_rate": 4.0},
+                          ORDER, {}, weighted=False, corroborated=["FULL"])
+    assert short is not None and short.mode == "FULL" and short.verdict is not None
+    assert short.verdict.max_model_len == 4096
+    assert any("races at max_model_len=4096 answer" in n and "nearest" in n for n in short.notes)
+    long = race_decision(verdicts, "abc", "ttft_p50", {"mean_input_tokens": 9000.0, "arrival_rate": 4.0},
+                         ORDER, {}, weighted=False, corroborated=["FULL"])
+    assert long is not None and long.mode == D and [e.mode for e in long.equivalent] == ["FULL"]
+    assert any("races at max_model_len=17408 answer" in n for n in long.notes)
+
+
+def test_without_a_workload_the_deployments_length_then_the_largest_pool_answers(
+        verdicts: list[RaceVerdict]) -> None:
+    by_len = race_decision(verdicts, "abc", "ttft_p50", {}, ORDER, {}, weighted=False, corroborated=["FULL"],
+                           max_model_len=17408)
+    assert by_len is not None and by_len.mode == D
+    assert any("the deployment's --max-model-len" in n for n in by_len.notes)
+    fewer = [v.model_copy(update={"rounds": 3}) if v.max_model_len == 17408 else v for v in verdicts]
+    largest = race_decision(fewer, "abc", "ttft_p50", {}, ORDER, {}, weighted=False, corroborated=["FULL"])
+    assert largest is not None and largest.mode == "FULL"
+    assert any("the most rounds" in n for n in largest.notes)
+
+
+def test_one_pool_decides_as_before_without_a_note(verdicts: list[RaceVerdict]) -> None:
+    only = [v for v in verdicts if v.max_model_len == 4096]
+    got = race_decision(only, "abc", "ttft_p50", {"mean_input_tokens": 9000.0}, ORDER, {}, weighted=False,
+                        corroborated=["FULL"])
+    assert got is not None and got.mode == "FULL" and not any("was raced at" in n for n in got.notes)
