@@ -82,3 +82,25 @@ def test_one_pool_decides_as_before_without_a_note(verdicts: list[RaceVerdict]) 
     got = race_decision(only, "abc", "ttft_p50", {"mean_input_tokens": 9000.0}, ORDER, {}, weighted=False,
                         corroborated=["FULL"])
     assert got is not None and got.mode == "FULL" and not any("was raced at" in n for n in got.notes)
+
+
+def test_the_race_table_lists_each_pool_of_the_committed_1b_races() -> None:
+    """bench/race_table.py on the H200's plain 1B race and its long-prompt race: one table each, each with its
+    own cost (before, one table pooled both and carried only one dataset's cost)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    profiles = root / "models" / "profiles"
+    r = subprocess.run([sys.executable, str(root / "bench" / "race_table.py"),
+                        str(profiles / "race-h200-vllm0.33-llama-3.2-1b.sqlite"),
+                        str(profiles / "cfg-h200-vllm0.33-1b-long-prompt.sqlite")],
+                       capture_output=True, text=True, timeout=120, check=True)
+    heads = [line for line in r.stdout.splitlines() if line.startswith("LlamaForCausalLM")]
+    assert [h.split(":")[0] for h in heads] == ["LlamaForCausalLM 1.24B, max_model_len=4096",
+                                                "LlamaForCausalLM 1.24B, max_model_len=17408"]
+    assert "10 rounds" in heads[1] and "10 rounds" not in heads[0]
+    long = r.stdout.split(heads[1])[1]
+    full = next(line for line in long.splitlines() if line.startswith("FULL "))
+    assert "undecided 1.015×" in full  # TTFT: the short prompts' win is gone at 8-16K
