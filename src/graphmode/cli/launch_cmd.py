@@ -107,6 +107,9 @@ def register(app: typer.Typer) -> None:
         model_id: Annotated[str | None, typer.Option("--model-id", help="Selector model to use.")] = None,
         vllm_cmd: Annotated[str | None, typer.Option(
             "--vllm-cmd", help="Command prefix that starts vLLM (default: settings.vllm.command).")] = None,
+        vllm_version: Annotated[str | None, typer.Option(
+            "--vllm-version", help="vLLM's release, to pick the model trained on it (default: read from the "
+                                   "package metadata of the environment that runs --vllm-cmd).")] = None,
         force: Annotated[bool, typer.Option(
             "--force", help="Override a cudagraph_mode the user passed.")] = False,
         ignore_state: Annotated[bool, typer.Option(
@@ -139,13 +142,17 @@ def register(app: typer.Typer) -> None:
 
                 choice = Choice(mine, "user", "user", "the user's --compilation-config sets cudagraph_mode")
             else:
+                from graphmode.control.target import launch_target
+
+                target, target_notes = launch_target(command, vllm_args, vllm_version)
                 choice = choose_mode(
                     workload=desc, features=features,
                     objective=ObjectiveSpec(objective, tuple(constraint or ())),
                     default_metric=s.selector.objective, selector_url=selector_url,
                     models_dir=models_dir or s.selector.models_dir, model_id=model_id or s.selector.model_id,
-                    read_timeout_s=selector_timeout, vllm_args=vllm_args, step_sizes=steps,
+                    read_timeout_s=selector_timeout, vllm_args=vllm_args, step_sizes=steps, target=target,
                 )
+                choice.notes[:0] = target_notes
             plan = merge_graph_config(vllm_args, choice.mode, choice.capture, force=force)
             argv = [*command, *plan.args]
             for note in choice.notes:

@@ -7,13 +7,16 @@ import logging
 import shlex
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from graphmode.cli.common import handle_errors
 from graphmode.core.errors import ConfigError, EngineStartError
+
+if TYPE_CHECKING:
+    from graphmode.core.records import Fingerprint
 
 console = Console(stderr=True)
 
@@ -128,8 +131,13 @@ async def _watch(extra: list[str], deployment_id: str, attach: str | None, attac
     spec = ObjectiveSpec(objective, tuple(constraints))
     obj = spec.build(s.selector.objective)
     local = None
+    command = shlex.split(vllm_cmd) if vllm_cmd else s.vllm.argv()
+    target, target_notes = _target(attach, command, args)
+    for note in target_notes:
+        console.print(f"watch: note: {note}", highlight=False, soft_wrap=True)
     try:
-        local = local_advisor(models_dir or s.selector.models_dir, model_id or s.selector.model_id, obj)
+        local = local_advisor(models_dir or s.selector.models_dir, model_id or s.selector.model_id, obj,
+                              target=target, vllm_args=args if not attach else None)
     except Exception as exc:  # no local model: the remote one must answer
         if not selector_url:
             raise ConfigError(f"no selector: the local model failed ({exc}) and no --selector-url") from None
@@ -154,7 +162,7 @@ async def _watch(extra: list[str], deployment_id: str, attach: str | None, attac
         if not args:
             raise ConfigError("managed mode needs the vLLM args after -- (or use --attach URL)")
         proxy = Proxy()
-        executor = ManagedExecutor(shlex.split(vllm_cmd) if vllm_cmd else s.vllm.argv(), args, proxy=proxy,
+        executor = ManagedExecutor(command, args, proxy=proxy,
                                    log_dir=sdir / "logs" / deployment_id, strategy=strategy,
                                    startup_timeout_s=s.vllm.startup_timeout_s,
                                    stop_timeout_s=s.vllm.stop_timeout_s)
@@ -199,3 +207,19 @@ async def _watch(extra: list[str], deployment_id: str, attach: str | None, attac
         if proxy is not None:
             await proxy.aclose()
         ctl.save()
+
+
+def _target(attach: str | None, command: list[str], args: list[str]) -> tuple[Fingerprint, list[str]]:
+    """The fingerprint that picks the local model: what an attached server says about itself (its release,
+    and its model's shape where the model directory is readable here), else what the managed vLLM will run
+    (:func:`graphmode.control.target.launch_target`)."""
+    from graphmode.control.target import launch_target
+    from graphmode.selector.registry import target_fingerprint
+
+    if attach:
+        target = target_fingerprint(server_url=attach)
+        if target.vllm_version is None:
+            return target, [f"{attach} did not say its vLLM release (not up yet?): the local model is picked "
+                            "without it"]
+        return target, []
+    return launch_target(command, args)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import httpx
 
     from graphmode.core.deployment import DeploymentConfig
-    from graphmode.core.records import ObservedFeatures
+    from graphmode.core.records import Fingerprint, ObservedFeatures
     from graphmode.selector.card import ModelCard
     from graphmode.selector.describe import WorkloadDescription
     from graphmode.selector.objective import Objective
@@ -86,13 +86,13 @@ def capture_keys(block: Any) -> dict[str, Any] | None:
     return {"cudagraph_capture_sizes": sizes, "max_cudagraph_capture_size": top if isinstance(top, int) else max(sizes)}
 
 
-RecommenderLoader = Callable[[Path, str | None], "Recommender"]
+RecommenderLoader = Callable[[Path, str | None, "Fingerprint | None"], "Recommender"]
 
 
-def _load_local(models_dir: Path, model_id: str | None) -> Recommender:
+def _load_local(models_dir: Path, model_id: str | None, target: Fingerprint | None = None) -> Recommender:
     from graphmode.selector.recommend import Recommender
 
-    return Recommender.load(models_dir, model_id)
+    return Recommender.load(models_dir, model_id, target=target)
 
 
 def remote_recommend(url: str, body: Mapping[str, Any], *, connect_timeout_s: float = 0.3,
@@ -195,9 +195,11 @@ def choose_mode(
     transport: httpx.BaseTransport | None = None,
     step_sizes: Mapping[str, Any] | None = None,
     vllm_args: Sequence[str] | None = None,
+    target: Fingerprint | None = None,
 ) -> Choice:
     """``step_sizes`` (a StepSizes dict) asks for capture sizes too; ``vllm_args`` keeps out modes vLLM would
-    downgrade in that deployment (both through :func:`graphmode.selector.graphconfig.complete`)."""
+    downgrade in that deployment (both through :func:`graphmode.selector.graphconfig.complete`); ``target``
+    (:func:`graphmode.control.target.launch_target`) picks the local model and the shape it answers for."""
     t0 = time.perf_counter()
     notes: list[str] = []
     obj = objective.build(default_metric)  # a bad objective is the caller's error, not a fallback
@@ -255,11 +257,11 @@ def choose_mode(
         return done(Choice(DEFAULT_MODE, "default", "default", f"vLLM's default {DEFAULT_MODE.value}", notes))
     try:
         if basis != "features" and loader is _load_local:
-            hit = _from_json(models_dir, model_id, obj, workload, vllm_args)
+            hit = _from_json(models_dir, model_id, obj, workload, vllm_args, target)
             if hit is not None:
                 hit.notes[:0] = notes
                 return done(hit)
-        rec = loader(models_dir, model_id)
+        rec = loader(models_dir, model_id, target)
         if vllm_args is not None:
             rec = rec.for_deployment(deployment_of_args(vllm_args))
         if inputs is None:
@@ -292,15 +294,18 @@ def choose_mode(
 
 
 def _from_json(models_dir: Path, model_id: str | None, obj: Objective,
-               workload: WorkloadDescription | None, vllm_args: Sequence[str] | None = None) -> Choice | None:
+               workload: WorkloadDescription | None, vllm_args: Sequence[str] | None = None,
+               target: Fingerprint | None = None) -> Choice | None:
     """The static mode from the card, or a described workload's mode from the decision table; None when
     neither holds the answer and the full model must be loaded."""
     from graphmode.selector.card import ARTIFACT_FILE
     from graphmode.selector.registry import select_model
     from graphmode.selector.table import load_table, lookup
 
-    entry, match = select_model(models_dir, model_id, None)
+    entry, match = select_model(models_dir, model_id, target)
     if entry.card is None:
+        return None
+    if workload is not None and not _table_answers_for(entry.card, target, vllm_args):
         return None
     mid = entry.model_id
     note = deployment_note(entry.card, entry.folder, vllm_args)
@@ -322,6 +327,26 @@ def _from_json(models_dir: Path, model_id: str | None, obj: Objective,
                   f"nearest grid point {at})",
                   list(dict.fromkeys([*match.warnings, *table["warnings"], *([note] if note else [])])),
                   model_id=mid)
+
+
+def _table_answers_for(card: ModelCard, target: Fingerprint | None, vllm_args: Sequence[str] | None) -> bool:
+    """Whether the decision table speaks for this deployment: it was built for the card's first shape under
+    vLLM's default configuration (the recommender's answer without a target), so another target shape or a
+    configuration apart from the defaults (a backend asked for, speculative decoding, FP8, TP...) needs the
+    full model."""
+    from graphmode.core.deployment import config_suffix
+    from graphmode.selector.featurize import shape_key
+
+    if not card.shapes:
+        return False
+    first = card.shapes[0]
+    if target is not None and (target.model_config_hash or target.num_params_b or target.model_architecture):
+        # the model's identity alone (no configuration fields, so no configuration suffix on either side)
+        fields = [k for k in first if k in type(target).model_fields]
+        if shape_key({k: getattr(target, k) for k in fields}) != shape_key({k: first.get(k) for k in fields}):
+            return False
+    mine = config_suffix(deployment_of_args(vllm_args).shape_fields()) if vllm_args else ""
+    return mine == config_suffix(first)
 
 
 def _capture_for(mode: str, step_sizes: Mapping[str, Any], vllm_args: Sequence[str],

@@ -42,7 +42,7 @@ from graphmode.control.proxy import Proxy, Upstream
 from graphmode.control.state import DeploymentState, load_state, save_state
 from graphmode.core.errors import EngineError, GraphmodeError, ScrapeError
 from graphmode.core.modes import CudaGraphMode, parse_mode
-from graphmode.core.records import ObservedFeatures
+from graphmode.core.records import Fingerprint, ObservedFeatures
 from graphmode.profiling.engine import VllmServer
 from graphmode.profiling.features import FeatureWindow
 from graphmode.profiling.metrics import scrape_sync
@@ -419,11 +419,19 @@ class Controller:
                                  Route("/v1/deployments/{id}", deployment)])
 
 
-def local_advisor(models_dir: Path, model_id: str | None, objective: Any) -> Advisor:
+def local_advisor(models_dir: Path, model_id: str | None, objective: Any, *, target: Fingerprint | None = None,
+                  vllm_args: Sequence[str] | None = None) -> Advisor:
+    """The local model's advice for observed features: the model ``target`` picks (the deployment's GPU,
+    release and served model, :mod:`graphmode.control.target`), answering for the configuration of
+    ``vllm_args`` (its race verdicts, and what vLLM would downgrade)."""
     from graphmode.control.policy import advice_from_recommendation
     from graphmode.selector.recommend import Recommender
 
-    rec = Recommender.load(models_dir, model_id)
+    rec = Recommender.load(models_dir, model_id, target=target)
+    if vllm_args is not None:
+        from graphmode.control.choose import deployment_of_args
+
+        rec = rec.for_deployment(deployment_of_args(vllm_args))
 
     def advise(feats: ObservedFeatures) -> Advice | None:
         return advice_from_recommendation(rec.recommend(feats, objective, source="observed"))
