@@ -79,3 +79,27 @@ def test_an_explicit_model_id_wins_and_version_is_not_asked(client: TestClient) 
         r = client.post("/v1/recommend", json={"server_url": url, "model_id": V024, **SCRAPE})
     assert r.status_code == 200, r.text
     assert r.json()["model_id"] == V024 and "/version" not in fake.paths
+
+
+@pytest.mark.parametrize(("version", "expected"), [("0.33.0", V033), ("0.24.0", V024)])
+def test_a_request_naming_its_release_gets_that_releases_model(client: TestClient, version: str,
+                                                               expected: str) -> None:
+    """What `graphmode launch --selector-url` sends: the deployment's release and its model's config.json."""
+    import json
+
+    config = json.loads((REPO / "models" / "shapes" / "llama-3.2-1b.json").read_text())
+    r = client.post("/v1/recommend", json={
+        "workload": {"rate": 4, "input_tokens": 256, "output_tokens": 128}, "objective": {"metric": "ttft_p50"},
+        "vllm_version": version, "served_model_config": config})
+    assert r.status_code == 200, r.text
+    ans = r.json()
+    assert ans["model_id"] == expected
+    assert f"model {expected} chosen for the deployment's vLLM {version}" in ans["notes"]
+    if version == "0.33.0":  # the 1B's short-prompt races: FULL for TTFT (docs/configs-campaign.md, Lease 4b)
+        assert ans["mode"] == "FULL"
+    pinned = client.post("/v1/recommend", json={"workload": {"rate": 4, "input_tokens": 256, "output_tokens": 128},
+                                                "vllm_version": version, "model_id": V024})
+    assert pinned.status_code == 200 and pinned.json()["model_id"] == V024  # an explicit model id wins
+    bad = client.post("/v1/recommend", json={"workload": {"rate": 4, "input_tokens": 256, "output_tokens": 128},
+                                             "vllm_version": "0.33; rm -rf /"})
+    assert bad.status_code == 422 and "vllm_version" in bad.text

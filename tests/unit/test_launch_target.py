@@ -137,3 +137,25 @@ def test_the_release_is_read_from_a_real_vllm_environment(tmp_path: Path) -> Non
                                   ["--model", str(model_dir(tmp_path, "llama-3.2-1b"))])
     assert target.vllm_version is not None and target.vllm_version.startswith("0.")
     assert notes == [] and target.model_architecture == "LlamaForCausalLM"
+
+
+def test_a_remote_service_is_sent_the_release_and_the_served_config(tmp_path: Path) -> None:
+    import httpx
+
+    from graphmode.control.target import served_config
+
+    d = model_dir(tmp_path, "llama-3.1-8b")
+    seen: list[dict[str, object]] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(req.content))
+        return httpx.Response(200, json={"mode": "FULL", "model_id": M033})
+
+    target, _ = launch_target(["vllm", "serve"], ["--model", str(d)], "0.33.0")
+    config = served_config(["vllm", "serve"], ["--model", str(d)])
+    assert config is not None and config["num_hidden_layers"] == 32
+    c = choose_mode(workload=SHORT, selector_url="http://svc", models_dir=MODELS, vllm_args=["--model", str(d)],
+                    target=target, served_config=config, transport=httpx.MockTransport(handler))
+    assert c.source == "remote" and c.mode.value == "FULL"
+    assert seen[0]["vllm_version"] == "0.33.0" and seen[0]["served_model_config"] == config
+    assert served_config(["vllm", "serve"], ["--model", "org/not-cached"], caches=[tmp_path]) is None

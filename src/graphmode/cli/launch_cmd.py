@@ -142,15 +142,17 @@ def register(app: typer.Typer) -> None:
 
                 choice = Choice(mine, "user", "user", "the user's --compilation-config sets cudagraph_mode")
             else:
-                from graphmode.control.target import launch_target
+                from graphmode.control.target import launch_target, served_config
 
                 target, target_notes = launch_target(command, vllm_args, vllm_version)
+                served = served_config(command, vllm_args) if selector_url else None
                 choice = choose_mode(
                     workload=desc, features=features,
                     objective=ObjectiveSpec(objective, tuple(constraint or ())),
                     default_metric=s.selector.objective, selector_url=selector_url,
                     models_dir=models_dir or s.selector.models_dir, model_id=model_id or s.selector.model_id,
                     read_timeout_s=selector_timeout, vllm_args=vllm_args, step_sizes=steps, target=target,
+                    served_config=served,
                 )
                 choice.notes[:0] = target_notes
             plan = merge_graph_config(vllm_args, choice.mode, choice.capture, force=force)

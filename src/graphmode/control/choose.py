@@ -196,10 +196,12 @@ def choose_mode(
     step_sizes: Mapping[str, Any] | None = None,
     vllm_args: Sequence[str] | None = None,
     target: Fingerprint | None = None,
+    served_config: Mapping[str, Any] | None = None,
 ) -> Choice:
     """``step_sizes`` (a StepSizes dict) asks for capture sizes too; ``vllm_args`` keeps out modes vLLM would
     downgrade in that deployment (both through :func:`graphmode.selector.graphconfig.complete`); ``target``
-    (:func:`graphmode.control.target.launch_target`) picks the local model and the shape it answers for."""
+    (:func:`graphmode.control.target.launch_target`) picks the local model and the shape it answers for;
+    a remote service gets its release and ``served_config`` (the served model's config.json) instead."""
     t0 = time.perf_counter()
     notes: list[str] = []
     obj = objective.build(default_metric)  # a bad objective is the caller's error, not a fallback
@@ -233,6 +235,10 @@ def choose_mode(
             body["step_sizes"] = dict(step_sizes)
         if vllm_args is not None:
             body["vllm_args"] = list(vllm_args)
+        if served_config is not None:
+            body["served_model_config"] = dict(served_config)
+        if target is not None and target.vllm_version:
+            body["vllm_version"] = target.vllm_version
         if basis == "workload":
             assert workload is not None
             body["workload"] = workload.model_dump(exclude_none=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from graphmode.core.errors import ConfigError
 from graphmode.vllm_args import model_arg
@@ -75,18 +75,41 @@ def launch_target(command: Sequence[str], vllm_args: Sequence[str], vllm_version
     if version is None:
         notes.append(f"vLLM's release could not be read from the environment of {command[0] if command else '?'}"
                      ": pass --vllm-version to pick the model trained on that release")
-    model = model_arg(list(command), list(vllm_args))
-    path: str | None = None
-    if model is not None:
-        if Path(model).expanduser().exists():
-            path = str(Path(model).expanduser())
-        elif (cached := hub_config(model, caches)) is not None:
-            path = str(cached)
-        else:
-            notes.append(f"model {model}: neither a local directory nor in the Hugging Face cache, so its shape "
-                         "is unknown here (the model's first shape answers)")
+    path, note = _config_path(command, vllm_args, caches)
+    if note:
+        notes.append(note)
     try:
         return target_fingerprint(model_path=path, vllm_version=version), notes
     except ConfigError as exc:
         notes.append(f"{exc}: its shape stays unknown")
         return target_fingerprint(vllm_version=version), notes
+
+
+def served_config(command: Sequence[str], vllm_args: Sequence[str],
+                  caches: Sequence[Path] | None = None) -> dict[str, Any] | None:
+    """The served model's config.json as an object (what a remote service's ``served_model_config`` takes);
+    None when it cannot be read here."""
+    from graphmode.core.fingerprint import load_model_config
+
+    path, _ = _config_path(command, vllm_args, caches)
+    if path is None:
+        return None
+    try:
+        return load_model_config(path)
+    except ConfigError:
+        return None
+
+
+def _config_path(command: Sequence[str], vllm_args: Sequence[str],
+                 caches: Sequence[Path] | None) -> tuple[str | None, str | None]:
+    """Where the served model's config is (a local path, or its hub cache snapshot), or a note why not."""
+    model = model_arg(list(command), list(vllm_args))
+    if model is None:
+        return None, None
+    if Path(model).expanduser().exists():
+        return str(Path(model).expanduser()), None
+    cached = hub_config(model, caches)
+    if cached is not None:
+        return str(cached), None
+    return None, (f"model {model}: neither a local directory nor in the Hugging Face cache, so its shape is "
+                  "unknown here (the model's first shape answers)")

@@ -270,6 +270,12 @@ class RecommendRequest(_Strict):
         "target shape). A shape unlike any the model was trained on is answered with a warning.",
     )
 
+    vllm_version: str | None = Field(
+        None, max_length=64, pattern=r"^[0-9A-Za-z.+_-]+$",
+        description="the deployment's vLLM release (e.g. 0.33.0): without model_id, the loaded model trained on "
+        "that release answers (as a server_url's GET /version picks it; that wins when both are given)",
+    )
+
     # Optional: the whole graph configuration (selector.graphconfig). Without them the answer has no capture block.
     step_sizes: StepSizes | None = Field(None, description="tokens per engine step (StepSizes): asks for capture sizes")
     vllm_args: list[str] | None = Field(

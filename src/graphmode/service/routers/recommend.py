@@ -207,6 +207,12 @@ def _picks_by_server(state: ServiceState, body: RecommendRequest) -> bool:
     return body.server_url is not None and body.model_id is None and not state.model_id
 
 
+def _picks_by_release(state: ServiceState, body: RecommendRequest) -> bool:
+    """Whether a request's own ``vllm_version`` picks its model (``graphmode launch`` sends it): as a
+    server's, but named in the request."""
+    return body.vllm_version is not None and body.model_id is None and not state.model_id
+
+
 def answer(
     state: ServiceState,
     models: LoadedModels,
@@ -217,6 +223,8 @@ def answer(
     unread: str | None = None
     if server_vllm is not None and _picks_by_server(state, body):
         rec = pick_for_server(models, state.target, server_vllm)
+    elif body.vllm_version is not None and _picks_by_release(state, body):
+        rec = pick_for_server(models, state.target, body.vllm_version)
     else:
         rec = pick_recommender(models, body.model_id)
         if observed is not None and _picks_by_server(state, body):
@@ -263,6 +271,8 @@ def answer(
         result.warnings.append(unread)
     elif server_vllm is not None and _picks_by_server(state, body):
         result.notes.append(f"model {result.model_id} chosen for the server's vLLM {server_vllm}")
+    elif body.vllm_version is not None and _picks_by_release(state, body):
+        result.notes.append(f"model {result.model_id} chosen for the deployment's vLLM {body.vllm_version}")
     metrics = state.metrics
     metrics.compute.observe(time.perf_counter() - t0)
     metrics.recommendations.labels(result.mode, result.model_id, result.features_source).inc()
