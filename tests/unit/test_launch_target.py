@@ -159,3 +159,15 @@ def test_a_remote_service_is_sent_the_release_and_the_served_config(tmp_path: Pa
     assert c.source == "remote" and c.mode.value == "FULL"
     assert seen[0]["vllm_version"] == "0.33.0" and seen[0]["served_model_config"] == config
     assert served_config(["vllm", "serve"], ["--model", "org/not-cached"], caches=[tmp_path]) is None
+
+
+def test_a_checkpoint_file_given_as_the_model_is_not_read_as_its_config(tmp_path: Path) -> None:
+    """vLLM serves `--model model.gguf`; a multi-GB file must not be read into memory as a config.json."""
+    from graphmode.core.fingerprint import MAX_CONFIG_BYTES, model_shape
+
+    gguf = tmp_path / "model.gguf"
+    with gguf.open("wb") as f:
+        f.truncate(MAX_CONFIG_BYTES + 1)  # sparse: no disk, but a size no config.json has
+    target, notes = launch_target(["vllm", "serve"], ["--model", str(gguf)], "0.33.0")
+    assert target.model_config_hash is None and any("MiB, not a config.json" in n for n in notes)
+    assert model_shape(str(gguf)) == {}

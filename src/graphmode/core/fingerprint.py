@@ -89,6 +89,10 @@ def moe_shape(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# A config.json is kilobytes (models/shapes/ holds < 1 KB each, hub configs reach ~100 KB); past this it is no config
+MAX_CONFIG_BYTES = 4 * 2**20
+
+
 def _config_path(model: str) -> Path:
     path = Path(model)
     return path if path.is_file() else path / "config.json"
@@ -106,6 +110,10 @@ def load_model_config(model: str) -> dict[str, Any]:
     if not Path(model).exists():
         raise ConfigError(f"model path {model}: no such file or directory")
     try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:  # e.g. `--model model.gguf`: a checkpoint file, not its config
+            raise ConfigError(f"model path {model}: {path} is {size / 2**20:.0f} MiB, not a config.json (give the "
+                              "model's directory or its config.json)")
         cfg = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"model path {model}: no config.json there (give the model's directory or its "
@@ -145,7 +153,10 @@ def model_shape(model: str | None) -> dict[str, Any]:
     if not model:
         return {}
     try:
-        cfg = json.loads(_config_path(model).read_text(encoding="utf-8"))
+        path = _config_path(model)
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            return {}
+        cfg = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return {}
     if not isinstance(cfg, dict):
