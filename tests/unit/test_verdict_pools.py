@@ -104,3 +104,18 @@ def test_the_race_table_lists_each_pool_of_the_committed_1b_races() -> None:
     long = r.stdout.split(heads[1])[1]
     full = next(line for line in long.splitlines() if line.startswith("FULL "))
     assert "undecided 1.015×" in full  # TTFT: the short prompts' win is gone at 8-16K
+
+
+def test_the_noise_keeps_the_a_a_arm_of_the_pool_with_more_rounds() -> None:
+    from graphmode.selector.noise import race_noise
+
+    rows = []
+    for race_id, length, rounds, aa in (("short", 4096, 10, 0.9), ("long", 17408, 4, 1.3)):
+        for r in race(race_id, length, 1.0, 300.0 if length == 4096 else 12000.0)[:2 * rounds]:
+            rows.append(r)
+            if r["race_arm"] == D:
+                rows.append({**r, "race_arm": "CONTROL", "ttft_p50": float(r["ttft_p50"]) * aa})  # type: ignore[arg-type]
+    vs = race_verdicts(rows, SequentialRule())
+    noise = {n.metric: n for n in race_noise(rows, vs)}
+    restart = noise["ttft_p50"].restart
+    assert restart is not None and restart.max_model_len == 4096 and restart.ratio == pytest.approx(0.9, rel=0.01)

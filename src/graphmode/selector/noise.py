@@ -88,8 +88,12 @@ def race_noise(rows: Iterable[Mapping[str, Any]], verdicts: Sequence[RaceVerdict
             y = _log_value(r.get(m))
             if y is not None:
                 groups[(shape, m)][key].append((when, y))
-    aa = {(v.shape, v.metric): v for v in verdicts
-          if v.mode == CONTROL_ARM and v.workload is None and v.ratio is not None}
+    aa: dict[tuple[str, str], RaceVerdict] = {}
+    for v in verdicts:  # a shape raced at several max_model_len may have an A/A arm in each: the longest counts
+        if v.mode == CONTROL_ARM and v.workload is None and v.ratio is not None:
+            held = aa.get((v.shape, v.metric))
+            if held is None or v.rounds > held.rounds:
+                aa[(v.shape, v.metric)] = v
     out: list[RaceNoise] = []
     for shape in sorted(shapes):
         for m in metrics:
