@@ -74,9 +74,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
-from scipy import stats
-
 Verdict = Literal["better", "worse", "equivalent", "undecided"]
 DECIDED: frozenset[str] = frozenset({"better", "worse", "equivalent"})
 Block = tuple[str, str]  # (the mode's engine start, the default's engine start)
@@ -139,15 +136,25 @@ class Decision:
         return f"{self.verdict}: {self.ratio:.3f}×{ci}, {self.n} rounds{starts}"
 
 
+def _t_ppf(q: float, df: float) -> float:
+    """Student's t quantile. scipy is imported here, not with the module: the model card imports this module
+    (through the verdicts), and `graphmode launch` reads cards on a path that must stay under a second."""
+    from scipy import stats
+
+    return float(stats.t.ppf(q, df))
+
+
 def interval(log_ratios: Sequence[float], confidence: float) -> tuple[float, float, float]:
     """(mean, lower, upper) of the t interval of the mean, in log space. Needs two values at least."""
+    import numpy as np
+
     y = np.asarray(log_ratios, dtype=float)
     n = len(y)
     if n < 2:
         raise ValueError("a t interval needs at least two values")
     mean = float(y.mean())
     sd = float(y.std(ddof=1))
-    half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * sd / math.sqrt(n)
+    half = float(_t_ppf((1 + confidence) / 2, n - 1)) * sd / math.sqrt(n)
     return mean, mean - half, mean + half
 
 
@@ -172,6 +179,8 @@ def _shared(keys: Sequence[Block]) -> float:
 
 def _pooled_within(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
     """Pooled within-block variance and its degrees of freedom."""
+    import numpy as np
+
     ss = sum(float(np.sum((np.asarray(g) - np.mean(g)) ** 2)) for g in groups)
     df = sum(len(g) - 1 for g in groups)
     return (ss / df if df > 0 else math.nan), df
@@ -187,6 +196,8 @@ def design_effect(keys: Sequence[Block]) -> float:
 def block_interval(log_ratios: Sequence[float], blocks: Sequence[Block], confidence: float,
                    between: BetweenStarts | None = None) -> tuple[float, float, float, str] | None:
     """(mean, lower, upper, how) in log space with blocks as the unit, or None when no interval is possible."""
+    import numpy as np
+
     groups = _by_block(log_ratios, blocks)
     keys = list(groups)
     k = len(keys)
@@ -195,7 +206,7 @@ def block_interval(log_ratios: Sequence[float], blocks: Sequence[Block], confide
     q = (1 + confidence) / 2
     if k >= 3:
         d = design_effect(keys)
-        half = float(stats.t.ppf(q, k - 1)) * math.sqrt(d) * float(np.std(means, ddof=1)) / math.sqrt(k)
+        half = float(_t_ppf(q, k - 1)) * math.sqrt(d) * float(np.std(means, ddof=1)) / math.sqrt(k)
         return mean, mean - half, mean + half, f"t over {k} start blocks (design effect {d:.2f})"
     if k != 2 or between is None or between.blocks < 1:
         return None
@@ -208,13 +219,15 @@ def block_interval(log_ratios: Sequence[float], blocks: Sequence[Block], confide
     if var <= 0:
         return None
     df = var**2 / ((a**2 / between.blocks if a > 0 else 0.0) + (b**2 / dfw if b > 0 else 0.0))
-    half = float(stats.t.ppf(q, df)) * math.sqrt(var)
+    half = float(_t_ppf(q, df)) * math.sqrt(var)
     return mean, mean - half, mean + half, f"2 start blocks + A/A start variance ({df:.1f} df)"
 
 
 def between_from_aa(log_ratios: Sequence[float], blocks: Sequence[Block]) -> BetweenStarts | None:
     """The start variance τ² from the A/A arm's rounds: its true ratio is 1, so each block mean ``b`` has
     ``E[b²] = 2τ² + σ²/n``; ``τ̂² = mean(b²) / 2`` keeps the ``σ²/n`` part (errs wide)."""
+    import numpy as np
+
     ys = [(y, b) for y, b in zip(log_ratios, blocks, strict=True) if math.isfinite(y)]
     if not ys:
         return None
