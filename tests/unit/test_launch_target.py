@@ -171,3 +171,27 @@ def test_a_checkpoint_file_given_as_the_model_is_not_read_as_its_config(tmp_path
     target, notes = launch_target(["vllm", "serve"], ["--model", str(gguf)], "0.33.0")
     assert target.model_config_hash is None and any("MiB, not a config.json" in n for n in notes)
     assert model_shape(str(gguf)) == {}
+
+
+def test_watch_attached_takes_the_release_the_server_reports(tmp_path: Path) -> None:
+    """`watch --attach URL` picks its local model by what the server says: /version, and /v1/models' root
+    (its model directory, when readable here)."""
+    from graphmode.cli.watch_cmd import _target
+    from tests.support.net import Request, free_port, serve_http
+
+    d = model_dir(tmp_path, "llama-3.1-8b")
+
+    def respond(req: Request) -> tuple[int, object]:
+        if req.path == "/version":
+            return 200, {"version": "0.33.0"}
+        if req.path == "/v1/models":
+            return 200, {"data": [{"id": "m", "root": str(d)}]}
+        return 404, ""
+
+    with serve_http(respond) as url:
+        target, notes = _target(url, ["vllm", "serve"], [])
+    assert target.vllm_version == "0.33.0" and target.num_layers == 32 and notes == []
+    down, notes = _target(f"http://127.0.0.1:{free_port()}", ["vllm", "serve"], [])
+    assert down.vllm_version is None and any("not up yet" in n for n in notes)
+    managed, _ = _target(None, ["vllm", "serve"], ["--model", str(d)])  # managed: launch's way
+    assert managed.num_layers == 32
