@@ -18,6 +18,7 @@
 #   lease 4 (~17 GPU-min): 8b-ngram3 8b-ngram5
 #   lease 5 (~18 GPU-min): 1b-long-prompt 1b-high-concurrency
 #   lease 6 (~25 GPU-min): moe30b-full moe30b-piecewise 8b-eagle
+#   lease 7 (~9 GPU-min): 1b-mid-prompt (1-4K-token prompts, between the 1B's two pools; added 2026-12-03)
 # (as run: 8b-ngram3 went with lease 3; a top-up re-packs the plan after it, so name configurations
 # rather than @N once a campaign is under way)
 # Lease N, last bundle call (docs/configs-campaign.md has the whole sequence):

@@ -402,3 +402,40 @@ def test_one_dataset_per_shape_trains_one_model(tmp_path: Path) -> None:
     with pytest.raises(DatasetError):
         train([a, bad], tmp_path / "bad")
     assert not (tmp_path / "bad").exists()
+
+
+def test_the_assumed_shape_is_the_most_measured_under_vllms_defaults() -> None:
+    """A question without a target shape takes the card's first shape (and launch's decision table is built
+    for it): a default-configuration shape before one with a backend or speculative decoding asked for, then
+    the one with the most workloads, whatever their keys sort as (an MoE's key sorted first on 0.33)."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from graphmode.selector.aggregate import TrainingSet
+    from graphmode.selector.train import primary_first
+
+    shapes = {
+        "a-moe": {"model_architecture": "OlmoeForCausalLM", "num_params_b": 6.9},
+        "b-llama-triton": {"model_architecture": "LlamaForCausalLM", "num_params_b": 1.2,
+                           "attention_backend": "TRITON_ATTN", "attention_backend_requested": True},
+        "c-llama": {"model_architecture": "LlamaForCausalLM", "num_params_b": 1.2},
+        "d-qwen": {"model_architecture": "Qwen2ForCausalLM", "num_params_b": 0.5},
+    }
+    for shape in shapes.values():
+        shape["deployment_unknown"] = []  # every configuration element recorded
+    per_shape = {"a-moe": 2, "b-llama-triton": 9, "c-llama": 5, "d-qwen": 5}
+    units = [SimpleNamespace(shape_key=k) for k, n in per_shape.items() for _ in range(n)]
+    ts = cast(TrainingSet, SimpleNamespace(shape_keys=sorted(shapes), shapes=shapes, units=units))
+    assert primary_first(ts) == ["c-llama", "d-qwen", "a-moe", "b-llama-triton"]
+
+
+def test_a_trained_card_lists_its_most_measured_shape_first(tmp_path: Path) -> None:
+    ds = write_synthetic_dataset(tmp_path / "ds.sqlite", workloads=small_workloads(SMALL[:2]), repeats=1,
+                                 shapes=(SHAPE_05B,))
+    write_synthetic_dataset(ds, workloads=small_workloads(), repeats=1, shapes=(SHAPE_8B,), seed=1)
+    res = train(ds, models_dir=tmp_path / "models")
+    card = ModelCard.load(res.out_dir)
+    assert [s["num_params_b"] for s in card.shapes] == pytest.approx([SHAPE_8B.num_params_b, SHAPE_05B.num_params_b],
+                                                                     rel=0.01)
+    rec = Recommender.from_dir(res.out_dir)
+    assert rec._shape is not None and rec._shape["num_params_b"] == card.shapes[0]["num_params_b"]

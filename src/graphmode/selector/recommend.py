@@ -235,7 +235,8 @@ class Recommender:
         if len(shapes) > 1:
             self._shape_warning = (
                 f"model covers {len(shapes)} model shapes and no target shape was given: "
-                f"assuming {shapes[0].get(ARCH_FIELD)} ({shapes[0].get('num_params_b')}B)"
+                f"assuming {shapes[0].get(ARCH_FIELD)} ({shapes[0].get('num_params_b')}B), the one it measured "
+                "most under vLLM's defaults (--model DIR or --server URL names the deployment's)"
             )
         return dict(shapes[0]) if shapes else None
 

@@ -277,6 +277,20 @@ def describe_checks(ts: TrainingSet, model: SelectorModel) -> list[DescribeCheck
     return out
 
 
+def primary_first(ts: TrainingSet) -> list[str]:
+    """The training set's shape keys, the one a question without a target shape assumes first: a shape under
+    vLLM's default configuration before one with a backend, quantization or speculative decoding asked for,
+    then the one measured on the most workloads, then the key (stable across retrains). The decision table
+    is built for it, so launch's fast path answers for the shape the campaign measured most."""
+    from graphmode.core.deployment import config_suffix
+
+    workloads: dict[str, int] = {}
+    for u in ts.units:
+        workloads[u.shape_key] = workloads.get(u.shape_key, 0) + 1
+    return sorted(ts.shape_keys,
+                  key=lambda k: (config_suffix(ts.shapes[k]) != "", -workloads.get(k, 0), k))
+
+
 def build_card(
     ts: TrainingSet,
     model: SelectorModel,
@@ -321,7 +335,7 @@ def build_card(
         vllm_version=fp0.vllm_version,
         fingerprints=ts.fingerprints,
         fingerprint_keys=sorted({f.key() for f in ts.fingerprints}),
-        shapes=[ts.shapes[k] for k in ts.shape_keys],
+        shapes=[ts.shapes[k] for k in primary_first(ts)],
         dataset=DatasetInfo(
             sources=sources,
             capture_sources=capture_sources or [],
