@@ -236,7 +236,7 @@ class Recommender:
             self._shape_warning = (
                 f"model covers {len(shapes)} model shapes and no target shape was given: "
                 f"assuming {shapes[0].get(ARCH_FIELD)} ({shapes[0].get('num_params_b')}B), the one it measured "
-                "most under vLLM's defaults (--model DIR or --server URL names the deployment's)"
+                "most under vLLM's defaults (--model-path DIR or --server URL names the deployment's)"
             )
         return dict(shapes[0]) if shapes else None
 
