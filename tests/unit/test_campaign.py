@@ -47,7 +47,11 @@ def test_the_h200_campaign_loads_and_packs_into_leases_of_whole_configurations()
     assert {"1b-flashinfer", "8b-triton", "8b-fp8", "1b-ngram5", "moe30b-full", "1b-high-concurrency"} <= names
     hc = camp.get("1b-high-concurrency")
     assert hc.max_num_seqs == 1024 and hc.engines() == 4
-    assert [c.name for c in select(camp, [f"@{len(plan)}"])] == ["moe30b-full", "moe30b-piecewise", "8b-eagle"]
+    moe = next(i for i, lease in enumerate(plan, 1) if lease.configs[0].name == "moe30b-full")
+    assert [c.name for c in select(camp, [f"@{moe}"])] == ["moe30b-full", "moe30b-piecewise", "8b-eagle"]
+    assert [c.name for c in select(camp, [f"@{len(plan)}"])] == ["1b-mid-prompt"]
+    mid = camp.get("1b-mid-prompt")
+    assert mid.max_model_len == 8192  # its own pool, apart from the 4096 short-prompt races
 
 
 def test_race_command_carries_every_vllm_setting(tmp_path: Path) -> None:
