@@ -151,7 +151,9 @@ def test_the_bundled_033_model_answers_full_for_ttft_where_vllm_runs_it() -> Non
     assert spec_ttft["mode"] == "FULL" and spec_ttft["race"]["basis"] == "better"  # type: ignore[index]
     assert answer("itl_p50", ngram)["mode"] == D
     k5 = answer("ttft_p50", ngram.replace('"num_speculative_tokens": 3', '"num_speculative_tokens": 5'))
-    assert any("was profiled on LlamaForCausalLM 1.24B only" in w for w in k5["warnings"])  # type: ignore[attr-defined]
+    # k=5 on the 8B (2026-12-03, lease 4c): FULL's TTFT 0.814x [0.68-0.97] from one start, the other races agree
+    assert k5["mode"] == "FULL" and k5["race"]["basis"] == "better"  # type: ignore[index]
+    assert not any("profiled on" in w for w in k5["warnings"])  # type: ignore[attr-defined]
     # k=5 on the 1B (2026-12-03, two starts of each side, no A/A arm): FULL's TTFT 0.765x, acted on with the others
     base[-1] = str(root / "models" / "shapes" / "llama-3.2-1b.json")
     k5_1b = answer("ttft_p50", ngram.replace('"num_speculative_tokens": 3', '"num_speculative_tokens": 5'))

@@ -160,3 +160,32 @@ def test_recommender_equivalent_keeps_default_and_lists_savings(rec: Recommender
     assert eq.saves_graph_gib is not None and math.isfinite(eq.saves_graph_gib)
     heavy = _with(rec, vs).recommend(FEATS, make_objective("itl_p50", memory_weight=100.0))
     assert heavy.mode in (D, "FULL") and heavy.mode not in ("NONE", "PIECEWISE")
+
+
+def test_a_mode_never_measured_on_the_shape_is_never_chosen(rec: Recommender) -> None:
+    """A configuration race leaves NONE out; the regressors still predict NONE there from other shapes' cells
+    (on the H200, NONE "won" TPOT by 47% at 768 streams, a load NONE never ran at). It is dropped, with a note."""
+    shape = shape_key(rec._shape or {})
+    assert {p.mode for p in rec.recommend(FEATS, "itl_p50").predictions} == set(rec.modes)
+    card = rec.card.model_copy(update={"shape_modes": {shape: ["FULL", "FULL_DECODE_ONLY", D]}})
+    answer = Recommender(rec.folder, card, rec.model, rec.match, rec.target).recommend(FEATS, "itl_p50")
+    assert {p.mode for p in answer.predictions} == {"FULL", "FULL_DECODE_ONLY", D}
+    assert answer.mode in ("FULL", "FULL_DECODE_ONLY", D)
+    assert any("never chosen" in n and "NONE, PIECEWISE" in n for n in answer.notes)
+    # the default stays, even when the data lacks it; another shape's list does not apply
+    card = rec.card.model_copy(update={"shape_modes": {shape: ["FULL"]}})
+    answer = Recommender(rec.folder, card, rec.model, rec.match, rec.target).recommend(FEATS, "itl_p50")
+    assert {p.mode for p in answer.predictions} == {"FULL", D}
+    card = rec.card.model_copy(update={"shape_modes": {"another": ["FULL"]}})
+    answer = Recommender(rec.folder, card, rec.model, rec.match, rec.target).recommend(FEATS, "itl_p50")
+    assert {p.mode for p in answer.predictions} == set(rec.modes)
+
+
+def test_a_trained_card_lists_the_modes_measured_per_shape(rec: Recommender) -> None:
+    assert rec.card.shape_modes == {shape_key(rec._shape or {}): list(rec.modes)}
+
+
+def test_tpot_verdicts_are_kept_for_races_that_decide_on_it() -> None:
+    from graphmode.selector.aggregate import VERDICT_METRICS
+
+    assert "tpot_p50" in VERDICT_METRICS

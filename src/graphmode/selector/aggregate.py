@@ -44,6 +44,9 @@ OBS_NAMES: tuple[str, ...] = tuple(ObservedFeatures.model_fields)
 FloatArray = NDArray[np.float64]
 
 
+
+VERDICT_METRICS: tuple[str, ...] = ("itl_p50", "ttft_p50", "tpot_p50")  # race verdicts the card keeps
+
 @dataclass
 class Unit:
     key: str
@@ -373,7 +376,9 @@ def build_training_set(
     synthetic = any(str(r.get("run_id", "")).startswith("synthetic") for r in usable)
     if synthetic:
         notes.append("SYNTHETIC rows (run_id 'synthetic-*'): not measurements; for development only")
-    race = race_verdicts(usable)
+    # TPOT too: a race of hundreds of streams decides on it (SSE chunks coalesce, so ITL misleads there),
+    # and a tpot_p50 objective should find its verdicts
+    race = race_verdicts(usable, metrics=VERDICT_METRICS)
     return TrainingSet(
         units=units,
         modes=modes,

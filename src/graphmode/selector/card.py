@@ -226,6 +226,10 @@ class ModelCard(_Card):
         default_factory=list, description="what a restart alone and the clock alone moved latency by, per shape "
                                           "and metric, from the race rows (selector.noise)"
     )
+    shape_modes: dict[str, list[str]] = Field(
+        default_factory=dict, description="shape key -> the modes measured on it (a configuration race leaves "
+                                          "modes out); a prediction for another mode there borrows other shapes"
+    )
     artifacts: dict[str, ArtifactInfo]
     notes: list[str] = Field(default_factory=list)
 

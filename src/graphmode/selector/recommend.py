@@ -319,6 +319,17 @@ class Recommender:
                 "trained shape"
             )
 
+    def _unmeasured_modes(self, table: Mapping[str, Any]) -> list[str]:
+        """Modes of ``table`` that the training data never measured on the target shape, when it measured
+        that shape at all (a configuration race leaves NONE out: the regressors would still predict it from
+        the bare shapes' cells, at another load). The default stays: the answer's reference."""
+        if not self._shape or not self.card.shape_modes:
+            return []
+        measured = self.card.shape_modes.get(shape_key(self._shape))
+        if not measured:
+            return []
+        return [m for m in table if m not in measured and m != self.default_mode]
+
     def _constants_for(self, shape: Mapping[str, Any] | None) -> list[dict[str, float | None]]:
         key = shape_key(shape) if shape else ""
         cached = self._const_cache.get(key)
@@ -428,6 +439,9 @@ class Recommender:
         feats, src = self.features_of(inputs)
         x, imputed = self.spec.vectorize(feats, self._shape)
         table = self._table(x)
+        unmeasured = self._unmeasured_modes(table)
+        for m in unmeasured:
+            del table[m]
         missing = obj.required_metrics() - set(self.metrics) - set(self.constants)
         if obj.metric in missing:
             raise ObjectiveError(
@@ -450,6 +464,9 @@ class Recommender:
             warnings.append(self._shape_warning)
         if self._deployment_warning:
             warnings.append(self._deployment_warning)
+        if unmeasured:
+            notes.append("not measured on this model shape and configuration, so never chosen (its predictions would "
+                         "borrow other shapes'): " + ", ".join(unmeasured))
         notes += self._paired_notes(obj.metric, best)
         # Race verdicts (paired rounds) decide where they exist; the tie rule above stands without them.
         race = race_decision(

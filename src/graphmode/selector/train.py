@@ -291,6 +291,15 @@ def primary_first(ts: TrainingSet) -> list[str]:
                   key=lambda k: (config_suffix(ts.shapes[k]) != "", -workloads.get(k, 0), k))
 
 
+def measured_modes(ts: TrainingSet) -> dict[str, list[str]]:
+    """Shape key -> the modes with a measured cell on it, in the training set's mode order."""
+    seen: dict[str, set[int]] = {k: set() for k in ts.shape_keys}
+    has = np.asarray((ts.count > 0).any(axis=2))  # (units, modes)
+    for u, unit in enumerate(ts.units):
+        seen.setdefault(unit.shape_key, set()).update(int(i) for i in np.flatnonzero(has[u]))
+    return {k: [ts.modes[i] for i in sorted(idx)] for k, idx in seen.items()}
+
+
 def build_card(
     ts: TrainingSet,
     model: SelectorModel,
@@ -336,6 +345,7 @@ def build_card(
         fingerprints=ts.fingerprints,
         fingerprint_keys=sorted({f.key() for f in ts.fingerprints}),
         shapes=[ts.shapes[k] for k in primary_first(ts)],
+        shape_modes=measured_modes(ts),
         dataset=DatasetInfo(
             sources=sources,
             capture_sources=capture_sources or [],
