@@ -26,6 +26,8 @@ Environment knobs (for tests and benchmarks):
 ``FAKE_VLLM_EXIT_PORT``      ... and only when listening on this port (one replica of a race's arm)
 ``FAKE_VLLM_FAIL_AT_START``  comma-separated modes for which it exits with status 1 during start-up
 ``FAKE_VLLM_COLD_STARTUP_S`` extra start-up seconds while its compile cache is cold (default 0)
+``FAKE_VLLM_JIT_AT``         logs vLLM 0.33's "Triton kernel JIT compilation during inference" warning when
+                             this many completion requests have arrived (once, as vLLM warns once a kernel)
 
 Like vLLM 0.33, ``--attention-backend FLASHINFER`` turns a requested FULL into FULL_AND_PIECEWISE (logging
 vLLM's warning), and ``--attention-backend NAME`` must name a backend it knows (:data:`BACKENDS`): another name is
@@ -299,6 +301,10 @@ class Handler(BaseHTTPRequestHandler):
         with s.engine.cond:
             s.engine.arrived += 1
             arrived = s.engine.arrived
+        if arrived == s.jit_at:
+            log("EngineCore", "jit_monitor.py:140", "Triton kernel JIT compilation during inference: "
+                "fused_moe_kernel. This causes a latency spike; consider extending warmup to cover this "
+                "shape/config.", "WARNING")
         if s.exit_after and arrived >= s.exit_after and s.exit_mode in (None, s.mode) and s.exits_here:
             log("EngineCore", "core.py:1", "RuntimeError: fake engine core died (FAKE_VLLM_EXIT_AFTER)", "ERROR")
             os._exit(3)
@@ -357,6 +363,7 @@ class State:
         self.started = time.time()
         self.engine = Engine(mode, float(os.environ.get("FAKE_VLLM_STEP_S", "1.0")), sizes, spec_k)
         self.exit_after = int(os.environ.get("FAKE_VLLM_EXIT_AFTER", "0") or 0)
+        self.jit_at = int(os.environ.get("FAKE_VLLM_JIT_AT", "0") or 0)
         self.exit_mode = os.environ.get("FAKE_VLLM_EXIT_MODE") or None
         exit_port = os.environ.get("FAKE_VLLM_EXIT_PORT")
         self.exits_here = not exit_port or int(exit_port) == port

@@ -158,6 +158,16 @@ def test_the_bundled_033_model_answers_full_for_ttft_where_vllm_runs_it() -> Non
     base[-1] = str(root / "models" / "shapes" / "llama-3.2-1b.json")
     k5_1b = answer("ttft_p50", ngram.replace('"num_speculative_tokens": 3', '"num_speculative_tokens": 5'))
     assert k5_1b["mode"] == "FULL" and k5_1b["race"]["basis"] == "better"  # type: ignore[index]
+    # lease 5 (2026-12-03): the 30B MoE and EAGLE with a never-accepted dummy draft answer the default
+    base[-1] = str(root / "models" / "shapes" / "llama-3.1-8b.json")
+    eagle_args = "--speculative-config '{\"method\": \"eagle\", \"model\": \"d\", \"num_speculative_tokens\": 3}'"
+    eagle = answer("ttft_p50", eagle_args)
+    assert eagle["mode"] == D
+    assert any("drafts 0% accepted" in n and "with caution" in n for n in eagle["notes"])  # type: ignore[attr-defined]
+    base[-1] = str(root / "models" / "shapes" / "qwen3-30b-a3b.json")
+    moe = answer("itl_p50", "")
+    assert moe["mode"] == D
+    assert any("never recommended for itl_p50" in n and "PIECEWISE" in n for n in moe["notes"])  # type: ignore[attr-defined]
 
 
 def test_each_race_counts_with_its_ratio_over_every_round() -> None:

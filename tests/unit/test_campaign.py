@@ -49,7 +49,7 @@ def test_the_h200_campaign_loads_and_packs_into_leases_of_whole_configurations()
     assert hc.max_num_seqs == 1024 and hc.engines() == 4
     moe = next(i for i, lease in enumerate(plan, 1) if lease.configs[0].name == "moe30b-full")
     assert [c.name for c in select(camp, [f"@{moe}"])] == ["moe30b-full", "moe30b-piecewise", "8b-eagle"]
-    assert [c.name for c in select(camp, [f"@{len(plan)}"])] == ["1b-mid-prompt"]
+    assert [c.name for c in select(camp, [f"@{len(plan)}"])] == ["1b-mid-prompt", "1b-high-concurrency-as4"]
     mid = camp.get("1b-mid-prompt")
     assert mid.max_model_len == 8192  # its own pool, apart from the 4096 short-prompt races
 
@@ -77,6 +77,12 @@ def test_race_command_carries_every_vllm_setting(tmp_path: Path) -> None:
     flood = race_command(camp.get("1b-high-concurrency"), work=tmp_path, tag="x", python="py", vllm_cmd="v",
                          port=1, root=ROOT)
     assert flood[flood.index("--race-metrics") + 1] == "tpot_p50,itl_p50"
+    assert flood[flood.index("--vllm-cmd") + 1] == "v"  # the chain's command
+    as4 = race_command(camp.get("1b-high-concurrency-as4"), work=tmp_path, tag="x", python="py", vllm_cmd="v",
+                       port=1, root=ROOT)
+    # several API servers start only from `vllm serve`: the configuration's own command
+    assert as4[as4.index("--vllm-cmd") + 1] == "python3 -m vllm.entrypoints.cli.main serve"
+    assert as4[as4.index("--api-server-count") + 1] == "4"
 
 
 @pytest.mark.parametrize(("body", "message"), [
@@ -93,6 +99,8 @@ def test_race_command_carries_every_vllm_setting(tmp_path: Path) -> None:
     ("  - {name: a, shape: llama-3.1-8b, kv: 4G, replicas: 4}\n", "or fewer replicas"),
     ("  - {name: a, shape: llama-3.2-1b, replicas: 0}\n", "replicas"),
     ("  - {name: a, shape: llama-3.2-1b, race_metrics: [itl_p99]}\n", "unknown race metric itl_p99"),
+    ("  - {name: a, shape: llama-3.2-1b, vllm_cmd: \"vllm 'serve\"}\n", "not a shell command line"),
+    ("  - {name: a, shape: llama-3.2-1b, vllm_cmd: '  '}\n", "vllm_cmd is empty"),
     ("  - {name: a, shape: llama-3.2-1b, speculative: {method: ngram, num_speculative_tokens: 0}}\n",
      "num_speculative_tokens"),
     ("  - {name: a, shape: llama-3.2-1b, speculative: {num_speculative_tokens: 3}}\n", "needs a method"),

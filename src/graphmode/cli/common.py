@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from graphmode.core.errors import ConfigError, GraphmodeError
 from graphmode.core.modes import CudaGraphMode, parse_mode
-from graphmode.core.records import ObservedFeatures
+from graphmode.core.records import CellRecord, ObservedFeatures
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -55,6 +55,27 @@ def spec_decode_text(features: ObservedFeatures) -> str:
     bits = ([f"drafts {rate * 100:.0f}% accepted"] if rate is not None else []) + (
         [f"{length:.2f} tokens per verification step"] if length is not None else [])
     return ", " + ", ".join(bits)
+
+
+def jit_text(record: CellRecord, race: bool = False) -> str:
+    """``, JIT-compiled fused_moe_kernel during the cell`` when vLLM's log said so, else ``""``."""
+    kernels = record.conditions.engine_jit_kernels
+    if not kernels:
+        return ""
+    return f", JIT-compiled {kernels.replace(',', ', ')} during the cell" + (
+        ": its round is left out of the verdicts" if race else "")
+
+
+# graphmode's own event loop at this many cores may be what limits the load (one Python thread)
+LOADGEN_SATURATED_CORES = 0.8
+
+
+def loadgen_text(record: CellRecord) -> str:
+    """``, load generator at 0.93 CPU cores: it may limit the load`` near saturation, else ``""``."""
+    cores = record.conditions.loadgen_cpu_cores
+    if cores is None or cores < LOADGEN_SATURATED_CORES:
+        return ""
+    return f", load generator at {cores:.2f} CPU cores: it may limit the load"
 
 
 def run_app(app: typer.Typer, argv: list[str] | None = None, prog_name: str = "graphmode") -> None:

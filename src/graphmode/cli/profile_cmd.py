@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
-from graphmode.cli.common import EXIT_PARTIAL, handle_errors, parse_modes, spec_decode_text, vllm_invocation
+from graphmode.cli.common import (
+    EXIT_PARTIAL,
+    handle_errors,
+    jit_text,
+    loadgen_text,
+    parse_modes,
+    spec_decode_text,
+    vllm_invocation,
+)
 from graphmode.selector.frontend import FRONTEND_SATURATED_CORES
 
 if TYPE_CHECKING:  # the profiler's modules load when `graphmode profile` runs, not for --help
@@ -54,7 +62,7 @@ class RichReporter:
             if adaptive and lat.duration_s is not None:
                 ci = f"±{lat.itl_p50_ci * 100:.1f}%" if lat.itl_p50_ci is not None else "±?"
                 msg += f", {lat.warmup_used_s or 0:.1f}+{lat.duration_s:.1f} s ({lat.stopped_by}, ITL {ci})"
-            msg += spec_decode_text(record.features)
+            msg += spec_decode_text(record.features) + jit_text(record) + loadgen_text(record)
             if (cores := record.features.frontend_cpu_cores) is not None and cores >= FRONTEND_SATURATED_CORES:
                 msg += f", [yellow]API server at {cores:.2f} CPU cores: host-bound[/]"
         else:
@@ -102,6 +110,9 @@ def register(app: typer.Typer) -> None:
         warm_compile: bool = typer.Option(
             None, "--warm-compile/--no-warm-compile",
             help="Race: start an arm with a cold compile cache once, unmeasured, before its first round (on)."),
+        engine_warmup_s: float = typer.Option(
+            None, "--engine-warmup-s", min=0, max=60,
+            help="Race: seconds of unmeasured load per workload after every engine start (1.5; 0: none)."),
         sizes_arm: list[str] = typer.Option(
             None, "--sizes-arm",
             help="Race: NAME=1,2,4,8 (or NAME=@rec.json): the default mode with these capture sizes, raced "
@@ -138,7 +149,8 @@ def register(app: typer.Typer) -> None:
                     budget_min=budget_min, delta=delta, confidence=confidence, min_rounds=min_rounds,
                     max_rounds=max_rounds, kv_cache_memory_bytes=kv_bytes, stagger_s=stagger, cell_s=cell_s,
                     cell_warmup_s=cell_warmup_s, metrics=metrics, starts=starts, replicas=replicas,
-                    warm_compile=warm_compile, sizes_arms=list(sizes_arm or [])), s)
+                    warm_compile=warm_compile, engine_warmup_s=engine_warmup_s,
+                    sizes_arms=list(sizes_arm or [])), s)
                 return
             grid_path = grid or s.profile.grid
             g = load_grid(grid_path)

@@ -19,7 +19,14 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from graphmode.cli.common import EXIT_PARTIAL, parse_modes, spec_decode_text, vllm_invocation
+from graphmode.cli.common import (
+    EXIT_PARTIAL,
+    jit_text,
+    loadgen_text,
+    parse_modes,
+    spec_decode_text,
+    vllm_invocation,
+)
 from graphmode.core.dataset import ProfileStore
 from graphmode.core.errors import ConfigError
 from graphmode.core.records import CellRecord
@@ -59,6 +66,7 @@ class RaceOptions:
     starts: int | None = None
     replicas: int | None = None
     warm_compile: bool | None = None
+    engine_warmup_s: float | None = None
     sizes_arms: list[str] = field(default_factory=list)  # --sizes-arm NAME=SIZES
 
 
@@ -103,6 +111,7 @@ def race_config(args: list[str], o: RaceOptions, s: Settings) -> RaceConfig:
         cell_s=_pick(o.cell_s, r.cell_s), warmup_s=_pick(o.cell_warmup_s, r.warmup_s),
         idle_probe_s=r.idle_probe_s, starts=starts, block_rounds=r.block_rounds, replicas=replicas,
         warm_compile=_pick(o.warm_compile, r.warm_compile),
+        engine_warmup_s=_pick(o.engine_warmup_s, r.engine_warmup_s),
         sizes_arms=tuple(parse_sizes_arm(t) for t in o.sizes_arms),
     )
 
@@ -157,7 +166,8 @@ class PlainRaceReporter:
         arm = record.race.arm or record.mode
         if record.status == "ok":
             self._p(f"  {arm}: ITL p50 {_fmt_ms(lat.itl_p50)}, TTFT p50 {_fmt_ms(lat.ttft_p50)}, "
-                    f"{lat.n_ok}/{lat.n_sent} done" + spec_decode_text(record.features))
+                    f"{lat.n_ok}/{lat.n_sent} done" + spec_decode_text(record.features) + jit_text(record, race=True)
+                    + loadgen_text(record))
         else:
             self._p(f"  {arm}: FAILED {(record.reason or '').splitlines()[0] if record.reason else ''}")
 
@@ -233,6 +243,7 @@ def print_summary(summary: RaceSummary, out: Console) -> None:
               f"({summary.rounds_before} before), {summary.cells_ok} cells ok, {summary.cells_failed} failed, "
               f"{summary.engine_starts} engine starts ({summary.restarts} restarts, {summary.restart_wall_s:.0f} s), "
               f"{summary.compile_starts} compile starts ({summary.compile_wall_s:.0f} s), "
+              f"engine warm-ups {summary.warmup_wall_s:.0f} s, "
               + ("restart waves stopped by the budget, " if summary.waves_skipped else "")
               + f"{summary.gpu_min:.1f} GPU-min "
               f"({summary.gpu_min_total:.1f} in all)", highlight=False, markup=False)

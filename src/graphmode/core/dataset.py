@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -247,6 +247,22 @@ class ProfileStore:
             return [_renamed(dict(r)) for r in cur]
         except sqlite3.Error as exc:
             raise DatasetError(f"cannot read {self.path}: {exc}") from exc
+
+    def mark_jit_kernels(self, marks: Mapping[int, str]) -> int:
+        """Set ``engine_jit_kernels`` of the cells with these ids (read from engine logs after the fact),
+        only where it was never set: a value the profiler recorded wins. Returns the rows changed."""
+        if self.readonly:
+            raise DatasetError(f"{self.path} was opened read-only")
+        changed = 0
+        try:
+            with self._tx() as db:
+                for row_id, kernels in marks.items():
+                    cur = db.execute('UPDATE cells SET "engine_jit_kernels" = ? WHERE id = ? '
+                                     'AND "engine_jit_kernels" IS NULL', (kernels, int(row_id)))
+                    changed += cur.rowcount
+        except sqlite3.Error as exc:
+            raise DatasetError(f"cannot write to {self.path}: {exc}") from exc
+        return changed
 
     def count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM cells").fetchone()[0])

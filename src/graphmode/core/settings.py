@@ -91,6 +91,11 @@ class RaceSettings(BaseModel):
         default=True,
         description="start each arm whose compile cache is cold once, unmeasured, before its first round",
     )
+    engine_warmup_s: float = Field(
+        default=1.5, ge=0, le=60,
+        description="after each engine start, every workload runs this long unmeasured (0: none), so the "
+                    "kernels vLLM compiles on first use compile before a measured cell",
+    )
     start_margin: float = Field(
         default=0.10, ge=0, lt=1, description="added to ln(1+δ) for a 'worse' verdict from fewer starts than wanted",
     )

@@ -76,6 +76,11 @@ class CampaignConfig(BaseModel):
     max_model_len: int = Field(4096, ge=16, le=1_048_576)
     max_num_seqs: int | None = Field(None, ge=1, le=65536)
     vllm_args: list[str] = Field(default_factory=list, description="anything else vLLM should get")
+    vllm_cmd: str | None = Field(
+        None, min_length=1, max_length=500,
+        description="the command that starts vLLM for this configuration (None: the chain's); e.g. "
+                    "'python3 -m vllm.entrypoints.cli.main serve', since only `vllm serve` starts several "
+                    "API servers (--api-server-count)")
     note: str = ""
 
     @field_validator("kv")
@@ -108,6 +113,19 @@ class CampaignConfig(BaseModel):
         if unknown:
             raise ValueError(f"unknown race metric {', '.join(unknown)}; known: {', '.join(KNOWN_RACE_METRICS)}")
         return list(dict.fromkeys(v))
+
+    @field_validator("vllm_cmd")
+    @classmethod
+    def _cmd(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        try:
+            words = shlex.split(v)
+        except ValueError as exc:
+            raise ValueError(f"vllm_cmd {v!r} is not a shell command line: {exc}") from None
+        if not words:
+            raise ValueError("vllm_cmd is empty")
+        return v
 
     @field_validator("vllm_args")
     @classmethod
@@ -348,7 +366,7 @@ def race_command(c: CampaignConfig, *, work: Path, tag: str, python: str, vllm_c
     draft = str(work / f"model-{c.draft_shape}") if c.draft_shape else None
     cmd = [python, "-m", "graphmode.profiling", "profile", "--race",
            "--dataset", str(work / f"{tag}-{c.name}.sqlite"), "--port", str(port),
-           "--log-dir", str(work / f"logs-{c.name}"), "--vllm-cmd", vllm_cmd,
+           "--log-dir", str(work / f"logs-{c.name}"), "--vllm-cmd", c.vllm_cmd or vllm_cmd,
            "--kv-cache-memory-bytes", c.kv, "--budget-min", f"{c.budget_min:g}",
            *(["--replicas", str(c.replicas)] if c.replicas > 1 else ["--starts", str(c.starts)]),
            "--grid", str(grid_path(root, c.grid))]

@@ -205,6 +205,25 @@ class VllmServer:
     def log_tail(self, n: int = 40) -> str:
         return tail_lines(self.log_path, n, offset=self._log_offset)
 
+    def log_size(self) -> int | None:
+        """The log's length in bytes now (None if it cannot be read): a mark for :meth:`log_since`."""
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return None
+
+    def log_since(self, offset: int | None, max_bytes: int = 4 * 1024 * 1024) -> str:
+        """What the server wrote to its log after *offset* (at most the last *max_bytes*); "" if unknown."""
+        if offset is None:
+            return ""
+        try:
+            with self.log_path.open("rb") as f:
+                end = f.seek(0, os.SEEK_END)
+                f.seek(max(offset, end - max_bytes))
+                return f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 

@@ -45,8 +45,11 @@ class RoundTable:
     starts: dict[tuple[str, int], str] = field(default_factory=dict)  # (arm, round) -> engine start id
 
     def add(self, arm: str, round_: int, workload: str, values: Mapping[str, float | None],
-            start: str | None = None) -> None:
-        clean = {m: float(v) for m, v in values.items() if v is not None and math.isfinite(v) and v > 0}
+            start: str | None = None, excluded: bool = False) -> None:
+        """*excluded*: the cell ran, but its values measure something else (a JIT compile): it keeps its
+        round and pairs with nothing."""
+        clean = {} if excluded else {
+            m: float(v) for m, v in values.items() if v is not None and math.isfinite(v) and v > 0}
         self.cells[(arm, round_)] = (workload, clean)
         self.starts[(arm, round_)] = start or ""
 
@@ -185,5 +188,12 @@ def table_from_rows(rows: Iterable[Mapping[str, Any]], metrics: Sequence[str] = 
         if r.get("status") != "ok" or r.get("race_round") is None or not r.get("race_arm"):
             continue
         table.add(str(r["race_arm"]), int(r["race_round"]), str(r["workload"]), {m: r.get(m) for m in metrics},
-                  start=str(r.get("race_start_id") or ""))
+                  start=str(r.get("race_start_id") or ""), excluded=jit_tainted(r))
     return table
+
+
+def jit_tainted(row: Mapping[str, Any]) -> bool:
+    """The cell's engine JIT-compiled a kernel during it (``engine_jit_kernels``): its latency holds a
+    compile, so its round pairs with nothing. The rule reads the log, never the latency, so leaving such
+    rounds out cannot favour either arm."""
+    return bool(row.get("engine_jit_kernels"))

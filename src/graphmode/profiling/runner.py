@@ -32,6 +32,7 @@ from graphmode.profiling.features import compute_features, compute_step_sizes
 from graphmode.profiling.gpu import MemorySampler, gpu_facts, pci_bus_id, process_gpu_gib
 from graphmode.profiling.grid import Workload
 from graphmode.profiling.hostload import counters, cpu_model, python_probe_ms, tree_pids, usage
+from graphmode.profiling.jitlog import jit_kernels
 from graphmode.profiling.loadgen import run_load
 from graphmode.profiling.metrics import MetricsSnapshot, parse_metrics
 from graphmode.profiling.placement import placement
@@ -253,20 +254,41 @@ class Profiler:
         """One cell against a running server (the race drives resident engines through this)."""
         return self._run_cell(server, served, vocab, mode, workload, repeat, startup, fingerprint)
 
+    def warm(self, server: VllmServer, served: str, vocab: int, workloads: Sequence[Workload],
+             seconds: float) -> None:
+        """Unmeasured load, each workload for *seconds*: the kernels vLLM compiles on first use (sampling,
+        an MoE's batch sizes) compile here, not in a measured cell. Errors are left to the cells."""
+        for i, w in enumerate(workloads):
+            plan = w.model_copy(update={"duration_s": seconds, "warmup_s": 0.0, "adaptive": None})
+            plans = plan_requests(plan, vocab, repeat=1_000_000 + i)  # no round uses these seeds
+            with contextlib.suppress(httpx.HTTPError, OSError):
+                asyncio.run(run_load(server.base_url, served, plans, max_concurrency=w.max_concurrency,
+                                     deadline_s=seconds, connect_timeout_s=self.config.connect_timeout_s,
+                                     read_timeout_s=self.config.read_timeout_s))
+            server.check_alive()
+            _wait_idle(server, self.config.idle_timeout_s)
+
     def _run_cell(self, server: VllmServer, served: str, vocab: int, mode: CudaGraphMode, workload: Workload,
                   repeat: int, startup: StartupInfo, fingerprint: Fingerprint) -> CellRecord:
         started = time.time()
         _wait_idle(server, self.config.idle_timeout_s)
         probe_ms = python_probe_ms()
+        log_mark = server.log_size()
         before = counters(server.pid)
         sampler = MemorySampler().start()
+        # the event loop (load, scrapes) runs on this thread: its CPU time is the load generator's
+        cpu0, wall0 = time.thread_time(), time.perf_counter()
         try:
             drive = asyncio.run(self._drive(server, served, vocab, workload, repeat))
         finally:
             mem_max, mem_mean = sampler.stop()
+        loadgen_cores = (time.thread_time() - cpu0) / max(time.perf_counter() - wall0, 1e-6)
         conditions = RunConditions(**sampler.conditions(), **placement(server.pid, self.gpu_bus_id),
                                    **usage(before, counters(server.pid)), host_probe_ms=probe_ms,
                                    host_cpu_model=self.cpu_model)
+        conditions.loadgen_cpu_cores = round(loadgen_cores, 3)
+        if log_mark is not None:
+            conditions.engine_jit_kernels = ",".join(jit_kernels(server.log_since(log_mark)))
         if workload.adaptive is None:
             measured = [r for r in drive.results if r.sent_at >= workload.warmup_s]
             ends = [r.sent_at + r.e2e for r in measured if r.ok and r.e2e is not None]

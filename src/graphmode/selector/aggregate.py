@@ -36,6 +36,7 @@ from graphmode.selector.featurize import shape_key, shape_of_row
 from graphmode.selector.noise import RaceNoise, race_noise
 from graphmode.selector.objective import CONSTANT_METRICS, WORKLOAD_METRICS
 from graphmode.selector.paired import PairedVerdict, measured_from_rows, paired_rounds, paired_verdicts
+from graphmode.selector.specdecode import SpecDecodeMeasured, spec_decode_by_shape
 from graphmode.selector.verdicts import RaceVerdict, race_verdicts
 
 DEFAULT_NOISE_CV = 0.03
@@ -85,6 +86,7 @@ class TrainingSet:
     paired: list[PairedVerdict] = field(default_factory=list)  # mode vs default inside rounds, per shape
     race: list[RaceVerdict] = field(default_factory=list)  # race verdicts per shape (selector.verdicts)
     race_noise: list[RaceNoise] = field(default_factory=list)  # restart and clock effects per shape (selector.noise)
+    spec_decode: dict[str, SpecDecodeMeasured] = field(default_factory=dict)  # shape key -> drafts accepted
 
     @property
     def groups(self) -> list[str]:
@@ -115,6 +117,7 @@ class TrainingSet:
             synthetic=self.synthetic,
             notes=self.notes,
             paired=self.paired,
+            spec_decode=self.spec_decode,
         )
 
     def cell_sigma(self, metric: str) -> FloatArray:
@@ -403,4 +406,5 @@ def build_training_set(
         paired=paired_verdicts(paired_rounds(measured_from_rows(usable, metric_value))),
         race=race,
         race_noise=race_noise(usable, race),
+        spec_decode=spec_decode_by_shape(usable),
     )

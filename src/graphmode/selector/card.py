@@ -23,6 +23,7 @@ from graphmode.selector.featurize import FeatureSpec
 from graphmode.selector.noise import RaceNoise
 from graphmode.selector.objective import Objective
 from graphmode.selector.paired import PairedVerdict
+from graphmode.selector.specdecode import SpecDecodeMeasured
 from graphmode.selector.verdicts import RaceVerdict
 
 CARD_FILE = "card.json"
@@ -229,6 +230,9 @@ class ModelCard(_Card):
     shape_modes: dict[str, list[str]] = Field(
         default_factory=dict, description="shape key -> the modes measured on it (a configuration race leaves "
                                           "modes out); a prediction for another mode there borrows other shapes"
+    )
+    shape_spec_decode: dict[str, SpecDecodeMeasured] = Field(
+        default_factory=dict, description="shape key -> the drafts accepted in its speculative-decoding cells"
     )
     artifacts: dict[str, ArtifactInfo]
     notes: list[str] = Field(default_factory=list)

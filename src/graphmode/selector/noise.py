@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphmode.profiling.race_rounds import CONTROL_ARM, DEFAULT_ARM, RACE_METRICS
+from graphmode.profiling.race_rounds import CONTROL_ARM, DEFAULT_ARM, RACE_METRICS, jit_tainted
 from graphmode.profiling.race_sizes import is_sizes_row
 from graphmode.selector.featurize import shape_key, shape_of_row
 from graphmode.selector.verdicts import RaceVerdict
@@ -75,7 +75,8 @@ def race_noise(rows: Iterable[Mapping[str, Any]], verdicts: Sequence[RaceVerdict
         defaultdict(lambda: defaultdict(list))
     shapes: set[str] = set()
     for r in rows:
-        if r.get("status") != "ok" or r.get("race_round") is None or not r.get("race_arm") or is_sizes_row(r):
+        if r.get("status") != "ok" or r.get("race_round") is None or not r.get("race_arm") or is_sizes_row(r) \
+                or jit_tainted(r):
             continue
         shape = shape_key(shape_of_row(r))
         shapes.add(shape)

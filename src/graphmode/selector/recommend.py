@@ -42,6 +42,7 @@ from graphmode.selector.noise import RaceNoise, noise_for
 from graphmode.selector.objective import METRICS, TIE_Z, Objective, make_objective, rank, relative_gain
 from graphmode.selector.paired import PairedVerdict
 from graphmode.selector.registry import FingerprintMatch, match_card, select_model
+from graphmode.selector.specdecode import spec_decode_note
 from graphmode.selector.verdicts import RaceAnswer, race_decision
 
 FeatureSource = Literal["observed", "description", "server"]
@@ -467,6 +468,10 @@ class Recommender:
         if unmeasured:
             notes.append("not measured on this model shape and configuration, so never chosen (its predictions would "
                          "borrow other shapes'): " + ", ".join(unmeasured))
+        spec = self.card.shape_spec_decode.get(shape_key(self._shape)) if self._shape else None
+        if spec is not None:
+            rate = feats.get("spec_acceptance_rate")
+            notes.append(spec_decode_note(spec, float(rate) if isinstance(rate, int | float) else None))
         notes += self._paired_notes(obj.metric, best)
         # Race verdicts (paired rounds) decide where they exist; the tie rule above stands without them.
         race = race_decision(

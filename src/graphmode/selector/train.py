@@ -346,6 +346,7 @@ def build_card(
         fingerprint_keys=sorted({f.key() for f in ts.fingerprints}),
         shapes=[ts.shapes[k] for k in primary_first(ts)],
         shape_modes=measured_modes(ts),
+        shape_spec_decode=ts.spec_decode,
         dataset=DatasetInfo(
             sources=sources,
             capture_sources=capture_sources or [],

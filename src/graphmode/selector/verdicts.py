@@ -54,7 +54,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from graphmode.core.modes import DEFAULT_MODE
-from graphmode.profiling.race_rounds import CONTROL_ARM, DEFAULT_ARM, RACE_METRICS, RoundTable, arm_verdicts
+from graphmode.profiling.race_rounds import (
+    CONTROL_ARM,
+    DEFAULT_ARM,
+    RACE_METRICS,
+    RoundTable,
+    arm_verdicts,
+    jit_tainted,
+)
 from graphmode.profiling.race_sizes import is_sizes_row
 from graphmode.profiling.sequential import Decision, SequentialRule
 from graphmode.selector.featurize import shape_key, shape_of_row
@@ -149,7 +156,8 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = Sequ
             ran[arm].add(str(r.get("effective_mode") or r.get("race_requested_mode") or r.get("mode") or arm))
             # a start is (race, start id): rows without a start id count as one start per race
             table.add(arm, index[(str(r.get("race_id")), int(r["race_round"]))], str(r["workload"]),
-                      {m: r.get(m) for m in metrics}, start=f"{r.get('race_id')}/{r.get('race_start_id') or ''}")
+                      {m: r.get(m) for m in metrics}, start=f"{r.get('race_id')}/{r.get('race_start_id') or ''}",
+                      excluded=jit_tainted(r))
             if arm == DEFAULT_ARM:
                 for f in REGION_FEATURES:
                     v = r.get("obs_" + f)
