@@ -75,6 +75,23 @@ def spec_line(rows: list[dict[str, object]]) -> str | None:
     return arms_spec_line(arm_costs(rows))
 
 
+def jit_line(rows: list[dict[str, object]]) -> str | None:
+    """The ok cells whose engine JIT-compiled a kernel during them (``engine_jit_kernels``: their rounds pair
+    with nothing) and the kernels; None when no row was read for it (datasets from before 2026-12-03 that
+    ``bench/mark_jit.py`` did not mark)."""
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("race_round") is not None]
+    read = [r for r in ok if r.get("engine_jit_kernels") is not None]
+    if not read:
+        return None
+    marked = [r for r in read if r.get("engine_jit_kernels")]
+    kernels = sorted({k for r in marked for k in str(r["engine_jit_kernels"]).split(",") if k})
+    rounds = sorted({(str(r.get("race_id")), int(str(r["race_round"]))) for r in marked})
+    return (f"JIT compiles during cells (vLLM's jit_monitor): {len(marked)} of {len(read)} cells read, "
+            f"{len(rounds)} rounds left out for the arms concerned"
+            + (f" ({', '.join(kernels)})" if kernels else "")
+            + (f"; {len(ok) - len(read)} cells not read" if len(read) < len(ok) else ""))
+
+
 def across_table(by_shape: dict[Pool, list[RaceVerdict]], metrics: list[str], rule: SequentialRule,
                  markdown: bool) -> list[str]:
     """Per vLLM release, each mode against the default over every race (one per shape and configuration, each
@@ -195,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         out += table(["mode", *metrics],
                      [[mode_label(m, pooled), *(cell(pooled.get((m, k))) for k in metrics)] for m in modes],
                      args.markdown)
-        for line in (start_line(shape_rows[shape]), spec_line(shape_rows[shape])):
+        for line in (start_line(shape_rows[shape]), spec_line(shape_rows[shape]), jit_line(shape_rows[shape])):
             if line:
                 out += ["", line]
         if args.workloads:

@@ -193,6 +193,10 @@ def test_setting_and_cli_option(tmp_path: Path) -> None:
     assert on.exit_code == 0 and "a compile start for cold caches" in on.output, on.output
     off = CliRunner().invoke(app, [*base, "--no-warm-compile", "--", "--model", str(TINY_LLAMA)])
     assert off.exit_code == 0 and "compile start" not in off.output, off.output
+    # the engine warm-up (1.5 s per workload from the settings) is in the race's header, and can be turned off
+    assert "1.5 s of every workload unmeasured after each start" in on.output, on.output
+    bare = CliRunner().invoke(app, [*base, "--engine-warmup-s", "0", "--", "--model", str(TINY_LLAMA)])
+    assert bare.exit_code == 0 and "unmeasured after each start" not in bare.output, bare.output
 
 
 def _summary_line(summary: RaceSummary) -> str:

@@ -115,3 +115,16 @@ def test_cell_line_texts() -> None:
     assert loadgen_text(rec) == ", load generator at 0.93 CPU cores: it may limit the load"
     clean = rec.model_copy(update={"conditions": RunConditions(engine_jit_kernels="", loadgen_cpu_cores=0.2)})
     assert jit_text(clean) == "" and loadgen_text(clean) == ""
+
+
+def test_race_table_says_how_many_cells_compiled() -> None:
+    race_table = load_bench("race_table")
+    ok = {"status": "ok", "race_id": "r", "race_arm": "FULL"}
+    rows = [{**ok, "race_round": 0, "engine_jit_kernels": "fused_moe_kernel,_gumbel_sample_kernel"},
+            {**ok, "race_round": 0, "race_arm": DEFAULT_ARM, "engine_jit_kernels": "_gumbel_sample_kernel"},
+            {**ok, "race_round": 1, "engine_jit_kernels": ""},
+            {**ok, "race_round": 2, "engine_jit_kernels": None}]
+    assert race_table.jit_line(rows) == (
+        "JIT compiles during cells (vLLM's jit_monitor): 2 of 3 cells read, 1 rounds left out for the arms "
+        "concerned (_gumbel_sample_kernel, fused_moe_kernel); 1 cells not read")
+    assert race_table.jit_line([{**ok, "race_round": 0, "engine_jit_kernels": None}]) is None

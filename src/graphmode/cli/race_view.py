@@ -274,8 +274,10 @@ def run_race(ctx: typer.Context, o: RaceOptions, s: Settings) -> None:
         console.print(f"race {racer.key}: {arms}; {len(racer.cells)} workloads "
                       f"({', '.join(w.name for w in racer.order)}); {racer.rounds_before} rounds already "
                       f"measured; {starts}"
-                      f"{', a compile start for cold caches' if config.warm_compile else ''}; "
-                      f"budget {config.budget_min:g} GPU-min, "
+                      f"{', a compile start for cold caches' if config.warm_compile else ''}"
+                      + (f", {config.engine_warmup_s:g} s of every workload unmeasured after each start"
+                         if config.engine_warmup_s > 0 else "")
+                      + f"; budget {config.budget_min:g} GPU-min, "
                       f"δ {config.rule.delta:g}, "
                       f"{config.rule.confidence:.0%} intervals", highlight=False, markup=False)
         if o.dry_run:
