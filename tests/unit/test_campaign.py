@@ -83,6 +83,7 @@ def test_race_command_carries_every_vllm_setting(tmp_path: Path) -> None:
     # several API servers start only from `vllm serve`: the configuration's own command
     assert as4[as4.index("--vllm-cmd") + 1] == "python3 -m vllm.entrypoints.cli.main serve"
     assert as4[as4.index("--api-server-count") + 1] == "4"
+    assert as4[as4.index("--loadgen-processes") + 1] == "4" and "--loadgen-processes" not in flood
 
 
 @pytest.mark.parametrize(("body", "message"), [

@@ -110,6 +110,9 @@ def register(app: typer.Typer) -> None:
         warm_compile: bool = typer.Option(
             None, "--warm-compile/--no-warm-compile",
             help="Race: start an arm with a cold compile cache once, unmeasured, before its first round (on)."),
+        loadgen_processes: int = typer.Option(
+            None, "--loadgen-processes", min=1, max=32,
+            help="Processes that send a fixed-window cell's load (1; more at hundreds of streams)."),
         engine_warmup_s: float = typer.Option(
             None, "--engine-warmup-s", min=0, max=60,
             help="Race: seconds of unmeasured load per workload after every engine start (1.5; 0: none)."),
@@ -150,6 +153,7 @@ def register(app: typer.Typer) -> None:
                     max_rounds=max_rounds, kv_cache_memory_bytes=kv_bytes, stagger_s=stagger, cell_s=cell_s,
                     cell_warmup_s=cell_warmup_s, metrics=metrics, starts=starts, replicas=replicas,
                     warm_compile=warm_compile, engine_warmup_s=engine_warmup_s,
+                    loadgen_processes=loadgen_processes,
                     sizes_arms=list(sizes_arm or [])), s)
                 return
             grid_path = grid or s.profile.grid
@@ -159,7 +163,8 @@ def register(app: typer.Typer) -> None:
             command, vllm_args = vllm_invocation(ctx.args, vllm_cmd, s.vllm.argv(), need_model=True)
             config = ProfileConfig.from_settings(
                 s, command=command, vllm_args=vllm_args, modes=mode_list, workloads=selected, dataset=dataset,
-                log_dir=log_dir, port=port, resume=resume, repeats=repeats, startup_timeout_s=startup_timeout)
+                log_dir=log_dir, port=port, resume=resume, repeats=repeats, startup_timeout_s=startup_timeout,
+                loadgen_processes=loadgen_processes)
             with ProfileStore(config.dataset) as store:
                 profiler = Profiler(config, store)
                 pending = profiler.pending()

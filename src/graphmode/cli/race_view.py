@@ -67,6 +67,7 @@ class RaceOptions:
     replicas: int | None = None
     warm_compile: bool | None = None
     engine_warmup_s: float | None = None
+    loadgen_processes: int | None = None
     sizes_arms: list[str] = field(default_factory=list)  # --sizes-arm NAME=SIZES
 
 
@@ -93,6 +94,7 @@ def race_config(args: list[str], o: RaceOptions, s: Settings) -> RaceConfig:
         port=o.port or s.vllm.port, resume=True, scrape_interval_s=s.profile.scrape_interval_s,
         startup_timeout_s=o.startup_timeout or s.vllm.startup_timeout_s, stop_timeout_s=s.vllm.stop_timeout_s,
         connect_timeout_s=s.vllm.connect_timeout_s, read_timeout_s=s.vllm.read_timeout_s,
+        loadgen_processes=o.loadgen_processes or s.profile.loadgen_processes,
     )
     replicas = _pick(o.replicas, r.replicas)
     # replicas give every arm R starts at once: the default --starts (2, restart waves) gives way to them

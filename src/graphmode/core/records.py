@@ -257,8 +257,8 @@ class RunConditions(_Flat):
     engine_nivcsw_per_s: float | None = Field(None, description="involuntary context switches of vLLM's threads/s")
     host_probe_ms: float | None = Field(None, description="a fixed pure-Python loop just before the cell, ms")
     loadgen_cpu_cores: float | None = Field(
-        None, description="CPU seconds per second of graphmode's load generator thread over the cell: near 1 it, "
-                          "not vLLM, may set the pace")
+        None, description="CPU seconds per second of graphmode's load generator over the cell (with several "
+                          "processes, the busiest one): near 1 it, not vLLM, may set the pace")
     engine_jit_kernels: str | None = Field(
         None, description="kernels vLLM JIT-compiled during the cell (its jit_monitor warnings), comma-separated; "
                           "'' when its log said none, None when the log was not read")

@@ -57,6 +57,11 @@ class ProfileSettings(BaseModel):
     log_dir: Path = Field(
         default=Path("graphmode-logs"), description="Where vLLM's server logs go, one per engine start."
     )
+    loadgen_processes: int = Field(
+        default=1, ge=1, le=32,
+        description="Processes that send a fixed-window cell's load (>1 where one Python process may set the pace: "
+                    "hundreds of streams).",
+    )
 
 
 class RaceSettings(BaseModel):

@@ -76,6 +76,7 @@ class CampaignConfig(BaseModel):
     max_model_len: int = Field(4096, ge=16, le=1_048_576)
     max_num_seqs: int | None = Field(None, ge=1, le=65536)
     vllm_args: list[str] = Field(default_factory=list, description="anything else vLLM should get")
+    loadgen_processes: int = Field(1, ge=1, le=16, description="--loadgen-processes: processes sending the load")
     vllm_cmd: str | None = Field(
         None, min_length=1, max_length=500,
         description="the command that starts vLLM for this configuration (None: the chain's); e.g. "
@@ -378,6 +379,8 @@ def race_command(c: CampaignConfig, *, work: Path, tag: str, python: str, vllm_c
         cmd.append("--control")
     if c.race_metrics:
         cmd += ["--race-metrics", ",".join(c.race_metrics)]
+    if c.loadgen_processes > 1:
+        cmd += ["--loadgen-processes", str(c.loadgen_processes)]
     for flag, value in (("--max-rounds", c.max_rounds), ("--cell-s", c.cell_s),
                         ("--cell-warmup-s", c.cell_warmup_s)):
         if value is not None:

@@ -504,6 +504,7 @@ class Racer:
                     arm.server.stop()
                     if arm.state == "live":
                         arm.state = "stopped"
+            self.profiler.close()
         if summary.engine_starts or summary.compile_starts:
             self._mark_session(t0)
         summary.gpu_min = round((time.time() - t0) / 60, 2)

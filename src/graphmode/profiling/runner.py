@@ -26,7 +26,7 @@ from graphmode.core.fingerprint import build_fingerprint, model_shape, torch_ver
 from graphmode.core.modes import CudaGraphMode
 from graphmode.core.records import CellRecord, CellStatus, Fingerprint, RunConditions, StartupInfo
 from graphmode.core.settings import Settings
-from graphmode.profiling.arrivals import plan_requests
+from graphmode.profiling.arrivals import PlannedRequest, plan_requests
 from graphmode.profiling.engine import VllmServer
 from graphmode.profiling.features import compute_features, compute_step_sizes
 from graphmode.profiling.gpu import MemorySampler, gpu_facts, pci_bus_id, process_gpu_gib
@@ -34,6 +34,7 @@ from graphmode.profiling.grid import Workload
 from graphmode.profiling.hostload import counters, cpu_model, python_probe_ms, tree_pids, usage
 from graphmode.profiling.jitlog import jit_kernels
 from graphmode.profiling.loadgen import run_load
+from graphmode.profiling.loadshards import DISPATCH_LEAD_S, LoadShards
 from graphmode.profiling.metrics import MetricsSnapshot, parse_metrics
 from graphmode.profiling.placement import placement
 from graphmode.profiling.stats import RequestResult, WindowMonitor, aggregate, aggregate_window, deadline_diagnosis
@@ -76,6 +77,7 @@ class ProfileConfig:
     drain_grace_s: float = 30.0
     idle_timeout_s: float = 15.0  # before a cell: wait this long at most for the last one's aborts
     env: dict[str, str] = field(default_factory=dict)
+    loadgen_processes: int = 1  # > 1: fixed-window cells send their load from that many processes (loadshards)
 
     @classmethod
     def from_settings(
@@ -92,6 +94,7 @@ class ProfileConfig:
         resume: bool = False,
         repeats: int | None = None,
         startup_timeout_s: float | None = None,
+        loadgen_processes: int | None = None,
     ) -> ProfileConfig:
         """The run the CLI and the service plan: what is not given comes from the settings."""
         v = settings.vllm
@@ -102,6 +105,7 @@ class ProfileConfig:
             scrape_interval_s=settings.profile.scrape_interval_s,
             startup_timeout_s=startup_timeout_s or v.startup_timeout_s, stop_timeout_s=v.stop_timeout_s,
             connect_timeout_s=v.connect_timeout_s, read_timeout_s=v.read_timeout_s,
+            loadgen_processes=loadgen_processes or settings.profile.loadgen_processes,
         )
 
     @property
@@ -155,6 +159,7 @@ class Profiler:
         self.store = store
         self.reporter: Reporter = reporter or NullReporter()
         self.run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        self._shards: LoadShards | None = None
         self.gpu = gpu_facts()
         self.gpu_bus_id = pci_bus_id()
         self.cpu_model = cpu_model()
@@ -182,11 +187,14 @@ class Profiler:
         torch_version = torch_version_of(self.config.command) if any(plan.values()) else None
         # The engine start is the unit of replication (between-start noise dominates within-start noise,
         # docs/results), so each repeat gets its own start of every mode, and the modes take turns per round.
-        for repeat in sorted({r for cells in plan.values() for _, r in cells}):
-            for mode, cells in plan.items():
-                round_cells = [(w, r) for w, r in cells if r == repeat]
-                if round_cells:
-                    self._run_mode(mode, round_cells, torch_version, summary)
+        try:
+            for repeat in sorted({r for cells in plan.values() for _, r in cells}):
+                for mode, cells in plan.items():
+                    round_cells = [(w, r) for w, r in cells if r == repeat]
+                    if round_cells:
+                        self._run_mode(mode, round_cells, torch_version, summary)
+        finally:
+            self.close()
         summary.wall_s = round(time.monotonic() - t0, 1)
         return summary
 
@@ -286,7 +294,7 @@ class Profiler:
         conditions = RunConditions(**sampler.conditions(), **placement(server.pid, self.gpu_bus_id),
                                    **usage(before, counters(server.pid)), host_probe_ms=probe_ms,
                                    host_cpu_model=self.cpu_model)
-        conditions.loadgen_cpu_cores = round(loadgen_cores, 3)
+        conditions.loadgen_cpu_cores = round(max(loadgen_cores, drive.shard_cores or 0.0), 3)
         if log_mark is not None:
             conditions.engine_jit_kernels = ",".join(jit_kernels(server.log_since(log_mark)))
         if workload.adaptive is None:
@@ -319,13 +327,30 @@ class Profiler:
             step_sizes=compute_step_sizes(window),
         )
 
+    def shards(self) -> LoadShards | None:
+        """The load-generator processes (started at first use), or None for the one-process path."""
+        if self.config.loadgen_processes > 1 and self._shards is None:
+            self._shards = LoadShards(self.config.loadgen_processes)
+        return self._shards
+
+    def close(self) -> None:
+        """Stop the load-generator processes, if any were started."""
+        if self._shards is not None:
+            self._shards.close()
+            self._shards = None
+
     async def _drive(self, server: VllmServer, served: str, vocab: int, workload: Workload,
                      repeat: int) -> _Drive:
         c = self.config
         total_s = workload.warmup_s + workload.duration_s
         plans = plan_requests(workload.model_copy(update={"duration_s": total_s}), vocab, repeat)
         snapshots: list[MetricsSnapshot] = []
-        t0 = time.perf_counter()
+        adaptive = workload.adaptive
+        # a window that ends on a confidence interval needs its results live: it keeps the one-process path
+        fixed_end = adaptive is None or (adaptive.min_warmup_s >= workload.warmup_s
+                                         and adaptive.min_s >= workload.duration_s)
+        shards = self.shards() if fixed_end else None
+        t0 = time.perf_counter() + (DISPATCH_LEAD_S if shards is not None else 0.0)
         drive = _Drive(t0=t0, t_measure=t0 + workload.warmup_s, t_end=t0 + total_s, snapshots=snapshots)
         stop = asyncio.Event()  # ends the load (adaptive cells)
         finished = asyncio.Event()  # ends the helpers
@@ -350,15 +375,21 @@ class Profiler:
 
         scraper = asyncio.create_task(scrape_loop())
         guard = asyncio.create_task(watchdog())
-        adaptive = workload.adaptive
-        load = asyncio.create_task(run_load(
-            server.base_url, served, plans, max_concurrency=workload.max_concurrency,
-            deadline_s=total_s + (1.0 if adaptive else max(c.drain_grace_s, workload.duration_s)), t0=t0,
-            connect_timeout_s=c.connect_timeout_s, read_timeout_s=c.read_timeout_s,
-            stop=stop if adaptive else None, results=drive.results,
-        ))
+        deadline_s = total_s + (1.0 if adaptive else max(c.drain_grace_s, workload.duration_s))
+        if shards is not None:
+            # the window's end is known: every shard stops itself there (what is in flight is cut)
+            stop_at = t0 + total_s if adaptive is not None else None
+            load = asyncio.create_task(self._sharded(shards, server, served, plans, workload, drive, deadline_s,
+                                                     stop_at))
+        else:
+            load = asyncio.create_task(run_load(
+                server.base_url, served, plans, max_concurrency=workload.max_concurrency,
+                deadline_s=deadline_s, t0=t0,
+                connect_timeout_s=c.connect_timeout_s, read_timeout_s=c.read_timeout_s,
+                stop=stop if adaptive else None, results=drive.results,
+            ))
         waiters = {load, guard}
-        if adaptive is not None:
+        if adaptive is not None and shards is None:
             waiters.add(asyncio.create_task(self._control(workload, drive, stop)))
         try:
             done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -376,6 +407,19 @@ class Profiler:
                 task.cancel()
             await asyncio.gather(scraper, guard, *(waiters - {load, guard}), return_exceptions=True)
         return drive
+
+    async def _sharded(self, shards: LoadShards, server: VllmServer, served: str, plans: list[PlannedRequest],
+                       workload: Workload, drive: _Drive, deadline_s: float,
+                       stop_at: float | None) -> list[RequestResult]:
+        c = self.config
+        results = await shards.run(server.base_url, served, plans, max_concurrency=workload.max_concurrency,
+                                   deadline_s=deadline_s, t0=drive.t0, stop_at=stop_at,
+                                   connect_timeout_s=c.connect_timeout_s, read_timeout_s=c.read_timeout_s)
+        drive.results.extend(results)
+        drive.shard_cores = shards.busiest_cores
+        if stop_at is not None:  # a fixed window, as _control would have set it
+            drive.t_measure, drive.t_end, drive.stopped_by = drive.t0 + workload.warmup_s, stop_at, "max"
+        return results
 
     @staticmethod
     async def _control(workload: Workload, drive: _Drive, stop: asyncio.Event,
@@ -430,6 +474,7 @@ class _Drive:
     snapshots: list[MetricsSnapshot]
     results: list[RequestResult] = field(default_factory=list)
     stopped_by: str = "max"
+    shard_cores: float | None = None  # sharded load: its busiest process's CPU seconds per second
 
 
 def _wait_idle(server: VllmServer, timeout_s: float) -> None:
