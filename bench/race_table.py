@@ -16,6 +16,7 @@ Runs without scikit-learn (a GPU host's environment is enough).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -86,10 +87,57 @@ def jit_line(rows: list[dict[str, object]]) -> str | None:
     marked = [r for r in read if r.get("engine_jit_kernels")]
     kernels = sorted({k for r in marked for k in str(r["engine_jit_kernels"]).split(",") if k})
     rounds = sorted({(str(r.get("race_id")), int(str(r["race_round"]))) for r in marked})
-    return (f"JIT compiles during cells (vLLM's jit_monitor): {len(marked)} of {len(read)} cells read, "
+    return (f"JIT compiles during cells (vLLM's jit_monitor): in {len(marked)} of the {len(read)} cells whose "
+            f"engine log was read, "
             f"{len(rounds)} rounds left out for the arms concerned"
             + (f" ({', '.join(kernels)})" if kernels else "")
             + (f"; {len(ok) - len(read)} cells not read" if len(read) < len(ok) else ""))
+
+
+# a capped cell "held" its cap when the engine ran at least this share of it on average
+CAP_HELD = 0.9
+# a smaller cap is a latency probe (one request at a time), whose running mean is the gap between requests
+CAP_MIN = 32
+
+
+def _cap(r: dict[str, object]) -> int | None:
+    """The sequences a capped cell could keep running: its workload's concurrency cap, at most the engine's
+    --max-num-seqs; None for an open loop."""
+    try:
+        spec = json.loads(str(r.get("workload_spec") or "{}"))
+    except ValueError:
+        return None
+    cap = spec.get("max_concurrency") if isinstance(spec, dict) else None
+    if not isinstance(cap, int) or cap < CAP_MIN:
+        return None
+    seqs = r.get("dep_max_num_seqs")
+    return min(cap, seqs) if isinstance(seqs, int) and seqs > 0 else cap
+
+
+def load_line(rows: list[dict[str, object]]) -> str | None:
+    """Whether the capped cells (a closed loop: ``max_concurrency``) kept their cap running in the engine,
+    and whether a round's arms agree on it. A round whose arms disagree compares a saturated engine with one
+    that kept up, so its ratios read the queue each arm happened to be in, not the mode: near the engine's
+    capacity, when throughput no longer grows with the batch (host-bound), the batch has no stable level
+    (the H200's as4 race, 2026-12-03: FULL ran 98 sequences where its neighbours ran 521-723 of 768, and
+    its ITL ratio swung from 0.88x to 0.17x between rounds). Saturate such a load (a rate far above the
+    capacity) or lower it. Caps under ``CAP_MIN`` are left out. None when no capped cell has batch samples
+    (``obs_batch_mean``)."""
+    rounds: dict[tuple[str, int], list[bool]] = {}
+    for r in rows:
+        b, cap = r.get("obs_batch_mean"), _cap(r)
+        if r.get("status") != "ok" or r.get("race_round") is None or cap is None or not isinstance(b, (int, float)):
+            continue
+        rounds.setdefault((str(r.get("race_id")), int(str(r["race_round"]))), []).append(b >= CAP_HELD * cap)
+    if not rounds:
+        return None
+    cells = [held for v in rounds.values() for held in v]
+    mixed = sum(1 for v in rounds.values() if any(v) and not all(v))
+    text = (f"capped cells: the engine ran >= {CAP_HELD:.0%} of the cap in {sum(cells)} of {len(cells)}; "
+            f"{mixed} of {len(rounds)} rounds mix held and not held")
+    if mixed:
+        text += " (those compare a saturated engine with one that kept up: saturate the load or lower it)"
+    return text
 
 
 def across_table(by_shape: dict[Pool, list[RaceVerdict]], metrics: list[str], rule: SequentialRule,
@@ -212,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         out += table(["mode", *metrics],
                      [[mode_label(m, pooled), *(cell(pooled.get((m, k))) for k in metrics)] for m in modes],
                      args.markdown)
-        for line in (start_line(shape_rows[shape]), spec_line(shape_rows[shape]), jit_line(shape_rows[shape])):
+        for line in (start_line(shape_rows[shape]), spec_line(shape_rows[shape]), jit_line(shape_rows[shape]),
+                     load_line(shape_rows[shape])):
             if line:
                 out += ["", line]
         if args.workloads:

@@ -185,3 +185,31 @@ def test_each_race_counts_with_its_ratio_over_every_round() -> None:
     vs = [_v(f"s{i}", 0.6).model_copy(update={"ratio_all": 0.9}) for i in range(4)]
     got = across_races(vs, "FULL", "ttft_p50")
     assert got is not None and got.ratio == pytest.approx(0.9)
+
+
+def test_the_bundled_033_model_picks_the_1b_pool_by_prompt_length() -> None:
+    """Lease 6 (2026-12-03): the 1B at 1-4K prompts (max_model_len 8192) reads FULL's TTFT 0.992x
+    [0.91-1.08] over 18 rounds, so FULL's short-prompt win (0.66-0.84x) is not carried to mid-length prompts;
+    a request without --max-model-len takes the pool whose raced workloads sit nearest it."""
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from graphmode.cli.main import app
+
+    root = Path(__file__).resolve().parents[2]
+
+    def answer(prompt: int) -> dict[str, object]:
+        r = CliRunner().invoke(app, [
+            "recommend", "--models-dir", str(root / "models"), "--gpu", "NVIDIA H200", "--vllm-version", "0.33.0",
+            "--rate", "4", "--input-tokens", str(prompt), "--output-tokens", "128", "--json", "--objective",
+            "ttft_p50", "--model-path", str(root / "models" / "shapes" / "llama-3.2-1b.json")])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+    short, mid, long = answer(512), answer(2048), answer(12000)
+    assert short["mode"] == "FULL"
+    assert mid["mode"] == D and long["mode"] == D
+    assert any("max_model_len=8192 answer" in n for n in mid["notes"])  # type: ignore[attr-defined]
+    assert any("max_model_len=17408 answer" in n for n in long["notes"])  # type: ignore[attr-defined]

@@ -17,6 +17,7 @@ from graphmode.profiling.campaign import (
     root_cause,
     select,
 )
+from graphmode.profiling.grid import load_grid
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "bench" / "gpu" / "configs" / "h200-0.33.yaml"
@@ -49,7 +50,13 @@ def test_the_h200_campaign_loads_and_packs_into_leases_of_whole_configurations()
     assert hc.max_num_seqs == 1024 and hc.engines() == 4
     moe = next(i for i, lease in enumerate(plan, 1) if lease.configs[0].name == "moe30b-full")
     assert [c.name for c in select(camp, [f"@{moe}"])] == ["moe30b-full", "moe30b-piecewise", "8b-eagle"]
-    assert [c.name for c in select(camp, [f"@{len(plan)}"])] == ["1b-mid-prompt", "1b-high-concurrency-as4"]
+    assert [c.name for c in select(camp, [f"@{len(plan) - 1}"])] == ["1b-mid-prompt", "1b-high-concurrency-as4"]
+    sat = select(camp, [f"@{len(plan)}"])
+    assert [c.name for c in sat] == ["1b-saturated-as4"]
+    # saturated: every workload's rate far above the 1B's measured capacity (~420 req/s with as4), so the
+    # concurrency cap, not the arrivals, sets the running batch
+    grid = load_grid(ROOT / sat[0].grid)
+    assert all(w.max_concurrency and w.max_concurrency > 512 and w.rate >= 2000 for w in grid.workloads)
     mid = camp.get("1b-mid-prompt")
     assert mid.max_model_len == 8192  # its own pool, apart from the 4096 short-prompt races
 

@@ -125,6 +125,6 @@ def test_race_table_says_how_many_cells_compiled() -> None:
             {**ok, "race_round": 1, "engine_jit_kernels": ""},
             {**ok, "race_round": 2, "engine_jit_kernels": None}]
     assert race_table.jit_line(rows) == (
-        "JIT compiles during cells (vLLM's jit_monitor): 2 of 3 cells read, 1 rounds left out for the arms "
-        "concerned (_gumbel_sample_kernel, fused_moe_kernel); 1 cells not read")
+        "JIT compiles during cells (vLLM's jit_monitor): in 2 of the 3 cells whose engine log was read, "
+        "1 rounds left out for the arms concerned (_gumbel_sample_kernel, fused_moe_kernel); 1 cells not read")
     assert race_table.jit_line([{**ok, "race_round": 0, "engine_jit_kernels": None}]) is None

@@ -1,0 +1,47 @@
+"""bench/race_table.py's load line: whether capped cells kept their cap running, and a round's arms agree."""
+
+from __future__ import annotations
+
+import json
+
+from tests.support.bench import load_bench
+
+race_table = load_bench("race_table")
+
+
+def _rows(batches_by_round: list[list[float | None]], cap: int | None = 768,
+          max_num_seqs: int | None = 1024) -> list[dict[str, object]]:
+    spec = json.dumps({"name": "w", "max_concurrency": cap})
+    return [{"status": "ok", "race_id": "r", "race_round": i, "race_arm": f"arm{j}", "obs_batch_mean": b,
+             "workload_spec": spec, "dep_max_num_seqs": max_num_seqs}
+            for i, batches in enumerate(batches_by_round) for j, b in enumerate(batches)]
+
+
+def test_the_h200_as4_rounds_are_flagged() -> None:
+    # lease 6's as4 race, rounds 0 and 3 (2026-12-03): all four engines near the cap, then one at 98 of 768
+    line = race_table.load_line(_rows([[733, 731, 728, 731], [98, 521, 643, 723]]))
+    assert line == ("capped cells: the engine ran >= 90% of the cap in 5 of 8; 1 of 2 rounds mix held and not "
+                    "held (those compare a saturated engine with one that kept up: saturate the load or lower it)")
+
+
+def test_rounds_that_agree_are_not_flagged() -> None:
+    assert race_table.load_line(_rows([[733, 731, 728], [300, 250, 420]])) == (
+        "capped cells: the engine ran >= 90% of the cap in 3 of 6; 0 of 2 rounds mix held and not held")
+
+
+def test_the_engine_limit_bounds_the_cap() -> None:
+    # a cap of 1024 on an engine of --max-num-seqs 512 is held at 470 running
+    assert "in 2 of 2" in str(race_table.load_line(_rows([[470, 500]], cap=1024, max_num_seqs=512)))
+
+
+def test_open_loops_small_caps_and_missing_samples_say_nothing() -> None:
+    assert race_table.load_line(_rows([[700.0, 100.0]], cap=None)) is None
+    # concurrency 1 is a latency probe: a running mean of 0.83 is the gap between its requests
+    assert race_table.load_line(_rows([[1.0, 0.83]], cap=1)) is None
+    assert race_table.load_line(_rows([[None, None]])) is None
+    rows = _rows([[700.0, 100.0]])
+    rows[1]["status"] = "failed"
+    assert race_table.load_line(rows) == (
+        "capped cells: the engine ran >= 90% of the cap in 1 of 1; 0 of 1 rounds mix held and not held")
+    rows[0]["workload_spec"] = "{not json"
+    assert race_table.load_line(rows) is None
