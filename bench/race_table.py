@@ -94,8 +94,9 @@ def jit_line(rows: list[dict[str, object]]) -> str | None:
             + (f"; {len(ok) - len(read)} cells not read" if len(read) < len(ok) else ""))
 
 
-# a capped cell "held" its cap when the engine ran at least this share of it on average
-CAP_HELD = 0.9
+# a capped cell "held" its cap when the engine ran at least this share of it on average (the rest of a
+# held cap is in transit: in the API servers, or between a request's end and the next one's start)
+CAP_HELD = 0.8
 # a smaller cap is a latency probe (one request at a time), whose running mean is the gap between requests
 CAP_MIN = 32
 
