@@ -45,3 +45,24 @@ def test_open_loops_small_caps_and_missing_samples_say_nothing() -> None:
         "capped cells: the engine ran >= 80% of the cap in 1 of 1; 0 of 1 rounds mix held and not held")
     rows[0]["workload_spec"] = "{not json"
     assert race_table.load_line(rows) is None
+
+
+def test_the_cell_line_says_how_much_of_the_cap_ran() -> None:
+    from graphmode.cli.common import running_text
+    from graphmode.core.records import CellRecord, Fingerprint, ObservedFeatures
+
+    def rec(cap: int | None, batch: float | None, args: list[str]) -> CellRecord:
+        return CellRecord(run_id="r", profile_key="k", mode="FULL", workload="w",
+                          workload_spec={"max_concurrency": cap}, repeat=0, status="ok", started_at=0.0,
+                          finished_at=1.0, features=ObservedFeatures(batch_mean=batch),
+                          fingerprint=Fingerprint(vllm_args=args))
+
+    seqs = ["--max-num-seqs", "1024"]
+    assert running_text(rec(768, 733.4, seqs)) == ", 733 of 768 running"
+    # lease 6's round 3: FULL kept up with its arrivals while its neighbours ran the cap
+    assert running_text(rec(768, 98.0, seqs)) == ", 98 of 768 running: below the cap"
+    # the engine's own limit bounds a larger cap (vLLM's default max_num_seqs is not assumed)
+    assert running_text(rec(1024, 470.0, ["--max-num-seqs", "512"])) == ", 470 of 512 running"
+    assert running_text(rec(1024, 470.0, [])) == ", 470 of 1024 running: below the cap"
+    for quiet in (rec(None, 700.0, seqs), rec(1, 0.8, seqs), rec(768, None, seqs)):
+        assert running_text(quiet) == ""

@@ -78,6 +78,26 @@ def loadgen_text(record: CellRecord) -> str:
     return f", load generator at {cores:.2f} CPU cores: it may limit the load"
 
 
+# a smaller concurrency cap is a latency probe, whose running mean is the gap between its requests
+RUNNING_CAP_MIN = 32
+# the share of a cap that counts as held (the rest is in transit: API servers, between requests);
+# bench/race_table.py's CAP_HELD
+RUNNING_CAP_HELD = 0.8
+
+
+def running_text(record: CellRecord) -> str:
+    """``, 733 of 768 running`` for a cell whose workload caps its concurrency (32 or more), with
+    ``: below the cap`` when the engine ran less than 80% of it: such a cell kept up with its arrivals
+    instead of running the cap, and a round that mixes the two compares queue states, not modes."""
+    cap = record.workload_spec.get("max_concurrency")
+    batch = record.features.batch_mean
+    if not isinstance(cap, int) or cap < RUNNING_CAP_MIN or batch is None:
+        return ""
+    seqs = record.deployment.max_num_seqs if record.deployment is not None else None
+    limit = min(cap, seqs) if seqs else cap
+    return f", {batch:.0f} of {limit} running" + (": below the cap" if batch < RUNNING_CAP_HELD * limit else "")
+
+
 def run_app(app: typer.Typer, argv: list[str] | None = None, prog_name: str = "graphmode") -> None:
     """Run ``app``; a command whose extra is not installed says which one to install, not an ImportError."""
     args = sys.argv[1:] if argv is None else argv
