@@ -16,6 +16,11 @@ from __future__ import annotations
 # feature records the API server's). 0.9 leaves room for scrape jitter over a short window without
 # flagging a frontend that still has slack.
 FRONTEND_SATURATED_CORES = 0.9
+# What more API servers bought (H200, vLLM 0.33, Llama-3.2-1B shape, --max-num-seqs 1024, 2026-12-03; the
+# configuration races 1b-high-concurrency and 1b-high-concurrency-as4, docs/configs-campaign.md "Lease 4c"
+# and "Lease 6"): one API server at a full core, 9-15k output tokens/s and 200-474 running; with four,
+# 15-20k tokens/s and 490-733 running, the GPU still 21-53% busy and vLLM's processes at 2.8-3.3 cores in all
+# (their split was not recorded; the engine core, one process, may be the next limit).
 
 
 def frontend_note(cores: float | None) -> str | None:
@@ -26,5 +31,6 @@ def frontend_note(cores: float | None) -> str | None:
         f"vLLM's API server used {cores:.2f} CPU cores over the window: the frontend is saturated, so "
         "latency is set on the host, not by CUDA graphs (an H200 at ~900 running sequences decoded "
         "~8.7k tokens/s with the GPU 12% busy); more API servers (--api-server-count) or fewer concurrent "
-        "streams come before a mode change"
+        "streams come before a mode change (on the H200, a 1B model at 640-1024 streams served 9-15k "
+        "tokens/s with one API server and 15-20k with --api-server-count 4)"
     )
