@@ -69,6 +69,14 @@ def test_usage_between_two_snapshots(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert got["host_busy_pct"] == 70.0 and got["host_steal_pct"] == 10.0
     # engine: 210 ticks at 100 Hz over 2 s; 21 involuntary switches over 2 s
     assert got["engine_cpu_cores"] == 1.05 and got["engine_nivcsw_per_s"] == 10.5
+    # the busiest process: pid 101, 200 ticks over 2 s; vLLM's own title when it set one
+    assert got["engine_busiest_cores"] == 1.0 and isinstance(got["engine_busiest_process"], str)
+    (b / "101" / "cmdline").write_bytes(b"VLLM::EngineCore\x00")
+    after = hl.counters(100, clock=12.0)
+    assert hl.usage(before, after)["engine_busiest_process"] == "VLLM::EngineCore"
+    # a process that joined between the snapshots does not count its whole life
+    joined = hl.Counters(12.0, None, None, None, ((101, "VLLM::EngineCore", 4.4), (555, "VLLM::APIServer_0", 50.0)))
+    assert hl.usage(before, joined)["engine_busiest_process"] == "VLLM::EngineCore"
 
 
 def test_unreadable_or_inconsistent_counters_give_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -104,5 +112,7 @@ def test_real_proc_sees_this_process_use_cpu() -> None:
     after = hl.counters(os.getpid())
     got = hl.usage(before, after)
     assert got["engine_cpu_cores"] is not None and got["engine_cpu_cores"] > 0.1
+    busiest = got["engine_busiest_cores"]
+    assert isinstance(busiest, float) and busiest > 0.1 and got["engine_busiest_process"]
     assert got["host_busy_pct"] is not None and got["host_busy_pct"] > 0
     assert hl.python_probe_ms(repeats=1) > 0

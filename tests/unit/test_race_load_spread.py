@@ -66,3 +66,17 @@ def test_the_cell_line_says_how_much_of_the_cap_ran() -> None:
     assert running_text(rec(1024, 470.0, [])) == ", 470 of 1024 running: below the cap"
     for quiet in (rec(None, 700.0, seqs), rec(1, 0.8, seqs), rec(768, None, seqs)):
         assert running_text(quiet) == ""
+
+
+def test_the_cell_line_names_a_vllm_process_at_a_full_core() -> None:
+    from graphmode.cli.common import engine_process_text
+    from graphmode.core.records import CellRecord, RunConditions
+
+    def rec(cores: float | None, title: str | None) -> CellRecord:
+        return CellRecord(run_id="r", profile_key="k", mode="FULL", workload="w", workload_spec={}, repeat=0,
+                          status="ok", started_at=0.0, finished_at=1.0,
+                          conditions=RunConditions(engine_busiest_cores=cores, engine_busiest_process=title))
+
+    assert engine_process_text(rec(0.97, "VLLM::EngineCore")) == ", VLLM::EngineCore at 0.97 CPU cores"
+    assert engine_process_text(rec(0.97, None)) == ", a vLLM process at 0.97 CPU cores"
+    assert engine_process_text(rec(0.4, "VLLM::APIServer_0")) == "" and engine_process_text(rec(None, None)) == ""

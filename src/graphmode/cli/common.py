@@ -78,6 +78,15 @@ def loadgen_text(record: CellRecord) -> str:
     return f", load generator at {cores:.2f} CPU cores: it may limit the load"
 
 
+def engine_process_text(record: CellRecord) -> str:
+    """``, VLLM::EngineCore at 0.97 CPU cores`` when one process of vLLM's tree ran near a full core (the
+    threshold of the load generator's own line), else ``""``: a Python process on one core sets the pace."""
+    cores, title = record.conditions.engine_busiest_cores, record.conditions.engine_busiest_process
+    if cores is None or cores < LOADGEN_SATURATED_CORES:
+        return ""
+    return f", {title or 'a vLLM process'} at {cores:.2f} CPU cores"
+
+
 # a smaller concurrency cap is a latency probe, whose running mean is the gap between its requests
 RUNNING_CAP_MIN = 32
 # the share of a cap that counts as held (the rest is in transit: API servers, between requests);

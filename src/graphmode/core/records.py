@@ -256,6 +256,11 @@ class RunConditions(_Flat):
     engine_cpu_cores: float | None = Field(None, description="CPU seconds of vLLM's processes per second")
     engine_nivcsw_per_s: float | None = Field(None, description="involuntary context switches of vLLM's threads/s")
     host_probe_ms: float | None = Field(None, description="a fixed pure-Python loop just before the cell, ms")
+    engine_busiest_cores: float | None = Field(
+        None, description="CPU seconds per second of the busiest process of vLLM's tree over the cell (one Python "
+                          "process: near 1 it sets the pace)")
+    engine_busiest_process: str | None = Field(
+        None, description="that process's title as vLLM set it (VLLM::EngineCore, VLLM::APIServer_N), else its name")
     loadgen_cpu_cores: float | None = Field(
         None, description="CPU seconds per second of graphmode's load generator over the cell (with several "
                           "processes, the busiest one): near 1 it, not vLLM, may set the pace")

@@ -8,6 +8,11 @@ hosts have one node). What is left is the CPU: a slower core, a noisy neighbour 
 
 * ``host_steal_pct``, ``host_busy_pct``: the whole host over the cell (psutil's CPU times);
 * ``engine_cpu_cores``: CPU seconds the vLLM process tree used per second of the cell (user + system);
+* ``engine_busiest_cores``, ``engine_busiest_process``: the one process of that tree that used the most
+  CPU per second, and its title (vLLM names them: ``VLLM::EngineCore``, ``VLLM::APIServer_0``...). A
+  Python process holds its GIL on one core, so near 1 that process sets the pace: with
+  ``--api-server-count 4`` the H200 race (2026-12-03) served 1.6x the tokens of one API server, with the
+  tree at 2.8-3.3 cores, and this says which process is the next limit;
 * ``engine_nivcsw_per_s``: involuntary context switches of its threads per second (preempted by others);
 * ``host_probe_ms``: a fixed pure-Python loop timed just before the cell (best of three), the kind of
   work the scheduler does, so a start on a slower or busier host shows as a larger number.
@@ -34,6 +39,8 @@ class Counters:
     host_cpu_s: tuple[float, ...] | None  # user nice system idle iowait irq softirq steal
     engine_cpu_s: float | None
     engine_nivcsw: int | None
+    # (pid, title, CPU seconds) of each process of the tree: the busiest one's share
+    processes: tuple[tuple[int, str, float], ...] = ()
 
 
 def _host_cpu_s() -> tuple[float, ...] | None:
@@ -73,6 +80,17 @@ def tree_pids(pid: int | None) -> set[int]:
     return {p.pid for p in _tree(pid)} if pid is not None else set()
 
 
+def _title(p: psutil.Process) -> str:
+    """The process's title as vLLM set it (``VLLM::EngineCore``), else its executable's name."""
+    try:
+        argv = p.cmdline()
+        if argv and argv[0].startswith("VLLM"):
+            return argv[0].split()[0][:60]
+        return str(p.name())[:60]
+    except _READ_ERRORS:
+        return "?"
+
+
 def _cpu_s(p: psutil.Process) -> float | None:
     try:
         t = p.cpu_times()
@@ -85,23 +103,33 @@ def counters(pid: int | None, *, clock: float | None = None) -> Counters:
     """A snapshot of the host's CPU times and of the process tree of ``pid`` (vLLM's API server)."""
     at = time.monotonic() if clock is None else clock
     engine_cpu_s = engine_nivcsw = None
+    processes: list[tuple[int, str, float]] = []
     if pid is not None:
         procs = _tree(pid)
-        cpu = [t for p in procs if (t := _cpu_s(p)) is not None]
+        for p in procs:
+            if (t := _cpu_s(p)) is not None:
+                processes.append((p.pid, _title(p), t))
         switches = [s for p in procs if (s := _process_nivcsw(p.pid)) is not None]
-        engine_cpu_s = sum(cpu) if cpu else None
+        engine_cpu_s = sum(t for _, _, t in processes) if processes else None
         engine_nivcsw = sum(switches) if switches else None
-    return Counters(at, _host_cpu_s(), engine_cpu_s, engine_nivcsw)
+    return Counters(at, _host_cpu_s(), engine_cpu_s, engine_nivcsw, tuple(processes))
 
 
-def usage(before: Counters, after: Counters) -> dict[str, float | None]:
-    """What changed between two snapshots, as the four ``RunConditions`` fields named in the module doc.
+def engine_cores(before: Counters, after: Counters) -> float | None:
+    """CPU seconds per second of vLLM's process tree between two snapshots (``usage``'s engine_cpu_cores)."""
+    cores = usage(before, after)["engine_cpu_cores"]
+    return cores if isinstance(cores, float) else None
+
+
+def usage(before: Counters, after: Counters) -> dict[str, float | str | None]:
+    """What changed between two snapshots, as the ``RunConditions`` fields named in the module doc.
 
     A process that left or joined the tree in between makes its deltas meaningless; a negative delta is
     reported as None rather than as a number that looks plausible.
     """
-    out: dict[str, float | None] = {
+    out: dict[str, float | str | None] = {
         "host_busy_pct": None, "host_steal_pct": None, "engine_cpu_cores": None, "engine_nivcsw_per_s": None,
+        "engine_busiest_cores": None, "engine_busiest_process": None,
     }
     wall = after.at - before.at
     if before.host_cpu_s and after.host_cpu_s:
@@ -121,6 +149,13 @@ def usage(before: Counters, after: Counters) -> dict[str, float | None]:
         ds = after.engine_nivcsw - before.engine_nivcsw
         if ds >= 0:
             out["engine_nivcsw_per_s"] = round(ds / wall, 1)
+    # only processes in both snapshots (a pid's CPU time never falls; a new pid would count its whole life)
+    start = {pid: t for pid, _, t in before.processes}
+    deltas = [(t - start[pid], title) for pid, title, t in after.processes if pid in start and t >= start[pid]]
+    if deltas:
+        busiest, title = max(deltas)
+        out["engine_busiest_cores"] = round(busiest / wall, 2)
+        out["engine_busiest_process"] = title
     return out
 
 

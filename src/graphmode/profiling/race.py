@@ -137,7 +137,7 @@ from graphmode.core.records import CellRecord, Fingerprint, RaceInfo, StartupInf
 from graphmode.profiling.engine import VllmServer
 from graphmode.profiling.gpu import MemorySampler, process_gpu_gib
 from graphmode.profiling.grid import Workload
-from graphmode.profiling.hostload import Counters, counters, tree_pids, usage
+from graphmode.profiling.hostload import Counters, counters, engine_cores, tree_pids
 from graphmode.profiling.race_design import next_workload, race_cell, spread_order
 from graphmode.profiling.race_fit import check_fit
 from graphmode.profiling.race_rounds import (
@@ -795,7 +795,7 @@ class Racer:
         except EngineDiedError as exc:
             self._fail(arm, workload, round_, exc.reason(), t0, summary)
             return False
-        idle = usage(arm.idle_since, counters(server.pid))["engine_cpu_cores"] if arm.idle_since else None
+        idle = engine_cores(arm.idle_since, counters(server.pid)) if arm.idle_since else None
         # every other resident engine (all replicas): what ran beside this cell
         others = [a for a in self.engines if a is not arm and a.state == "live" and a.server is not None]
         before = [counters(a.server.pid) for a in others if a.server is not None]
@@ -809,7 +809,7 @@ class Racer:
         after = [counters(a.server.pid) for a in others if a.server is not None]
         # the next engine's cell starts once this one has dropped the requests its cell cut
         _wait_idle(server, self.config.profile.idle_timeout_s)
-        loads = [usage(b, a)["engine_cpu_cores"] for b, a in zip(before, after, strict=True)]
+        loads = [engine_cores(b, a) for b, a in zip(before, after, strict=True)]
         known = [x for x in loads if x is not None]
         record.race = self._info(arm, round_, pos, resident, round_t0, t0)
         record.race.idle_cpu_cores = idle
