@@ -172,3 +172,21 @@ def test_deadline_diagnosis_says_requests_outlived_the_cell() -> None:
     never = [RequestResult(sent_at=0.0, input_tokens=8, max_tokens=8,
                            error="not sent or cancelled before the run's deadline")]
     assert deadline_diagnosis(refused) is None and deadline_diagnosis(never) is None
+
+
+def test_fixed_cell_requests_open_loop_by_plan_closed_loop_by_departure() -> None:
+    from graphmode.profiling.stats import fixed_cell_requests
+
+    def req(plan: float, left: float | None) -> RequestResult:
+        departed = None if left is None else 100 + left
+        return RequestResult(sent_at=plan, input_tokens=8, max_tokens=8, started_at=departed)
+
+    early_plan_late_departure = req(0.1, 3.0)
+    in_warm_up = req(0.2, 0.4)
+    after_window = req(0.3, 6.0)
+    never_left = req(4.0, None)
+    rs = [early_plan_late_departure, in_warm_up, after_window, never_left]
+    closed = fixed_cell_requests(rs, 100.0, 1.0, 5.0, closed_loop=True)
+    assert closed == [(pytest.approx(3.0), early_plan_late_departure)]
+    opened = fixed_cell_requests(rs, 100.0, 1.0, 5.0, closed_loop=False)
+    assert opened == [(4.0, never_left)]  # open loop: a request planned after warm-up counts even if it never left

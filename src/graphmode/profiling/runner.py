@@ -37,7 +37,14 @@ from graphmode.profiling.loadgen import run_load
 from graphmode.profiling.loadshards import DISPATCH_LEAD_S, LoadShards
 from graphmode.profiling.metrics import MetricsSnapshot, parse_metrics
 from graphmode.profiling.placement import placement
-from graphmode.profiling.stats import RequestResult, WindowMonitor, aggregate, aggregate_window, deadline_diagnosis
+from graphmode.profiling.stats import (
+    RequestResult,
+    WindowMonitor,
+    aggregate,
+    aggregate_window,
+    deadline_diagnosis,
+    fixed_cell_requests,
+)
 from graphmode.vllm_args import compilation_config_of, model_arg, without_flags
 
 DEFAULT_VOCAB = 1000  # safe for any real tokenizer when config.json is not readable
@@ -298,8 +305,10 @@ class Profiler:
         if log_mark is not None:
             conditions.engine_jit_kernels = ",".join(jit_kernels(server.log_since(log_mark)))
         if workload.adaptive is None:
-            measured = [r for r in drive.results if r.sent_at >= workload.warmup_s]
-            ends = [r.sent_at + r.e2e for r in measured if r.ok and r.e2e is not None]
+            timed = fixed_cell_requests(drive.results, drive.t0, workload.warmup_s, drive.t_end - drive.t0,
+                                        closed_loop=workload.max_concurrency is not None)
+            measured = [r for _, r in timed]
+            ends = [at + r.e2e for at, r in timed if r.ok and r.e2e is not None]
             span = (max(ends) - workload.warmup_s) if ends else workload.duration_s
             latency = aggregate(measured, span, slo_ttft_s=workload.slo_ttft_s, slo_itl_s=workload.slo_itl_s)
             latency.sent_rate = len(measured) / workload.duration_s
