@@ -376,3 +376,33 @@ def test_hostile_args_are_refused_cleanly() -> None:
         with pytest.raises(DeploymentError):
             DeploymentConfig.from_vllm_args(args)
         DeploymentConfig.from_vllm_args(args, strict=False)
+
+
+def test_several_api_servers_are_their_own_configuration() -> None:
+    four = DeploymentConfig.from_vllm_args(["--max-num-seqs", "1024", "--api-server-count", "4"], model_config={})
+    one = DeploymentConfig.from_vllm_args(["--max-num-seqs", "1024", "-asc", "1"], model_config={})
+    assert (four.api_server_count, one.api_server_count) == (4, 1)
+    assert shape_key({"model_config_hash": "abc", **four.shape_fields()}) == "abc+seqs=1024+api=4"
+    assert shape_key({"model_config_hash": "abc", **one.shape_fields()}) == "abc+seqs=1024"  # vLLM's default
+    assert describe(four.shape_fields()).endswith("max_num_seqs=1024 max_model_len of the model api_server_count=4")
+    with pytest.raises(DeploymentError, match="--api-server-count"):
+        DeploymentConfig.from_vllm_args(["--api-server-count", "four"], model_config={})
+
+
+def test_races_with_one_and_with_four_api_servers_pool_apart() -> None:
+    # Rows recorded before the column read it from the args they ran with. Pooled with the one-server race,
+    # the three 1B races at 1024 streams read FULL_DECODE_ONLY "better" 0.915x on ITL (2026-12-03) though each
+    # race alone was open: one API server at a full core and four measure different engines.
+    from graphmode.selector.verdicts import race_verdicts
+
+    rows: dict[str, list[dict[str, object]]] = {}
+    for name in ("1b-high-concurrency", "1b-high-concurrency-as4", "1b-saturated-as4"):
+        with ProfileStore(MODELS / "profiles" / f"cfg-h200-vllm0.33-{name}.sqlite") as store:
+            rows[name] = store.rows()
+    keys = {name: {shape_key(shape_of_row(r)) for r in rs if r.get("race_arm")} for name, rs in rows.items()}
+    assert keys["1b-high-concurrency"] == {"612a0e64ca2c+seqs=1024"}
+    assert keys["1b-high-concurrency-as4"] == keys["1b-saturated-as4"] == {"612a0e64ca2c+seqs=1024+api=4"}
+    pooled = [v for v in race_verdicts([r for rs in rows.values() for r in rs])
+              if v.workload is None and v.mode == "FULL_DECODE_ONLY" and v.metric == "itl_p50"]
+    assert sorted((v.shape, v.verdict, v.rounds) for v in pooled) == [
+        ("612a0e64ca2c+seqs=1024", "undecided", 4), ("612a0e64ca2c+seqs=1024+api=4", "undecided", 9)]

@@ -36,7 +36,8 @@ ELEMENTS: tuple[str, ...] = (
 # Shape-dict keys a configuration adds to a model shape (selector.featurize.shape_of_row, card shapes).
 SHAPE_FIELDS: tuple[str, ...] = (
     "attention_backend", "attention_backend_requested", "speculative_method", "speculative_k", "quantization",
-    "max_num_seqs", "max_model_len", "tensor_parallel_size", "num_active_params_b", "deployment_unknown",
+    "max_num_seqs", "max_model_len", "tensor_parallel_size", "api_server_count", "num_active_params_b",
+    "deployment_unknown",
 )
 
 
@@ -60,6 +61,7 @@ class DeploymentConfig(BaseModel):
     max_num_seqs: int | None = Field(None, description="--max-num-seqs; None: vLLM's default")
     max_model_len: int | None = Field(None, description="--max-model-len; None: the model's own")
     tensor_parallel_size: int | None = Field(None, description="--tensor-parallel-size / -tp (1 when not given)")
+    api_server_count: int | None = Field(None, description="--api-server-count / -asc; None: one, vLLM's default")
     num_experts: int | None = Field(None, description="routed experts per MoE layer; None for a dense model")
     num_experts_per_tok: int | None = None
     num_params_b: float | None = Field(None, description="all parameters, billions (every expert counted)")
@@ -135,7 +137,8 @@ class DeploymentConfig(BaseModel):
 
         for name, flags in (("max_num_seqs", ("--max-num-seqs", "--max_num_seqs")),
                             ("max_model_len", ("--max-model-len", "--max_model_len")),
-                            ("tensor_parallel_size", ("--tensor-parallel-size", "-tp", "--tensor_parallel_size"))):
+                            ("tensor_parallel_size", ("--tensor-parallel-size", "-tp", "--tensor_parallel_size")),
+                            ("api_server_count", ("--api-server-count", "-asc", "--api_server_count"))):
             raw = get_flag(argv, *flags)
             if raw is None:
                 fields[name] = 1 if name == "tensor_parallel_size" else None
@@ -174,6 +177,7 @@ class DeploymentConfig(BaseModel):
             "max_num_seqs": self.max_num_seqs,
             "max_model_len": self.max_model_len,
             "tensor_parallel_size": self.tensor_parallel_size,
+            "api_server_count": self.api_server_count,
             "num_active_params_b": self.num_active_params_b,
             "deployment_unknown": list(self.unknown),
         }
@@ -330,9 +334,12 @@ def _deployment_of_row(row: Mapping[str, Any]) -> DeploymentConfig:
         values = {name: row.get("dep_" + name) for name in DeploymentConfig.model_fields if name != "unknown"}
         values["attention_backend_requested"] = bool(values.get("attention_backend_requested"))
         try:
-            return DeploymentConfig.model_validate({**values, "unknown": recorded})
+            dep = DeploymentConfig.model_validate({**values, "unknown": recorded})
         except ValueError:
             return DeploymentConfig(unknown=list(ELEMENTS))
+        if dep.api_server_count is None:  # rows written before that column: the args they ran with say
+            dep.api_server_count = _api_server_flag(row.get("fp_vllm_args"))
+        return dep
     from graphmode.core.records import StartupInfo
 
     argv = [str(a) for a in (_json_list(row.get("fp_vllm_args")) or [])]
@@ -353,6 +360,14 @@ def _deployment_of_row(row: Mapping[str, Any]) -> DeploymentConfig:
     dep.unknown = sorted({"speculative", "quantization", "max_num_seqs", "max_model_len", "tensor_parallel_size",
                           "num_active_params_b", *([] if dep.attention_backend else ["attention_backend"])})
     return dep
+
+
+def _api_server_flag(raw_args: Any) -> int | None:
+    from graphmode.vllm_args import get_flag
+
+    argv = [str(a) for a in (_json_list(raw_args) or [])]
+    value = _size(get_flag(argv, "--api-server-count", "-asc", "--api_server_count") or "")
+    return value if value is not None and value >= 1 else None
 
 
 def finite_or_none(v: Any) -> float | None:
@@ -395,14 +410,24 @@ def _show(element: str, known: bool, value: Any) -> str:
 
 def describe(shape: Mapping[str, Any]) -> str:
     """One line for a configuration, e.g. ``TP=1 FLASH_ATTN unquantized without speculative decoding ...``."""
-    return " ".join(_show(e, *_element(shape, e)) for e in ELEMENTS)
+    text = " ".join(_show(e, *_element(shape, e)) for e in ELEMENTS)
+    servers = _api_servers(shape)
+    return text + (f" api_server_count={servers}" if servers else "")
+
+
+def _api_servers(shape: Mapping[str, Any]) -> int | None:
+    """More than one API server process, else None. Not an element of :data:`ELEMENTS` (which every label
+    spells out, default or not): it only tells configurations apart when it is not vLLM's one."""
+    n = shape.get("api_server_count")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else None
 
 
 def config_suffix(shape: Mapping[str, Any]) -> str:
     """What sets a configuration apart from vLLM's defaults, for a shape key ('' for the defaults).
 
     Only known elements that differ from a plain deployment count (TP>1, a requested backend, quantization,
-    speculative decoding, an explicit max_num_seqs), so shapes trained before configurations were recorded
+    speculative decoding, an explicit max_num_seqs, more than one API server), so shapes trained before
+    configurations were recorded
     keep their keys, and an unknown element never splits data it cannot tell apart.
     ``max_model_len`` stays out: it bounds the KV cache, not what a graph captures.
     """
@@ -422,6 +447,13 @@ def config_suffix(shape: Mapping[str, Any]) -> str:
     known, seqs = _element(shape, "max_num_seqs")
     if known and seqs is not None:
         parts.append(f"seqs={seqs}")
+    # Several API servers move where a loaded engine is bound (H200, 1B, 1024 streams: one API server at a
+    # full core served 9-15k tokens/s, four 15-20k and left the engine core the limit), so races with one
+    # and with four pool apart: pooled, three such races read FULL_DECODE_ONLY "better" (0.915x) where each
+    # alone was open (0.905x, 0.998x, 0.928x).
+    servers = _api_servers(shape)
+    if servers:
+        parts.append(f"api={servers}")
     return "+".join(parts)
 
 
