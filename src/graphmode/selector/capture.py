@@ -179,6 +179,15 @@ class CaptureCosts(BaseModel):
     n_starts: int = 0
     identified: bool = False
     basis: str = "no measured engine start"
+    max_top: int | None = Field(None, description="the largest size any fitted start captured (None: not "
+                                                  "recorded, as in costs saved before it was)")
+
+    def knows_gib(self, sizes: Sequence[int]) -> bool:
+        """Whether :meth:`predict`'s GiB means anything for *sizes*. Fit on one list, it knows the per-graph
+        term only, which can bound a saving only while the largest graph (the shared pool's) is no larger
+        than a measured one: the H200 8B with --max-num-seqs 1024 (2026-12-03) was predicted 0.25 GiB for a
+        list to 1024 from one start of the default's to 512, and its lone start took 0.60 against 0.45."""
+        return self.identified or self.max_top is None or max(sizes, default=0) <= self.max_top
 
     def predict(self, sizes: Sequence[int], mode: str) -> tuple[float, float]:
         g = graphs_per_size(mode)
@@ -207,7 +216,8 @@ class CaptureCosts(BaseModel):
             basis = (f"per graph, from {len(rows)} engine starts that all captured one size list (the size "
                      "terms need starts with another list; graph GiB saved is an upper bound)")
         return cls(s_per_graph=a_s, s_per_token=b_s, gib_per_graph=a_g, gib_per_max_token=b_g,
-                   n_starts=len(rows), identified=bool(ident_s and ident_g), basis=basis)
+                   n_starts=len(rows), identified=bool(ident_s and ident_g), basis=basis,
+                   max_top=max(max(s) for s, _, _, _ in rows))
 
     @classmethod
     def from_startups(cls, startups: Iterable[StartupInfo], *, max_num_seqs: int = 256) -> CaptureCosts:
@@ -286,6 +296,8 @@ def list_stats(sizes: Sequence[int], dist: Distribution, costs: CaptureCosts | N
     capture_s = graph_gib = None
     if costs is not None and costs.n_starts:
         capture_s, graph_gib = (round(v, 3) for v in costs.predict(sizes, mode))
+        if not costs.knows_gib(sizes):
+            graph_gib = None
     total = dist.total
     if total <= 0 or not sizes:
         return ListStats(sizes=list(sizes), graphed_share=None, padded_tokens_per_step=None, padding_share=None,
@@ -482,6 +494,10 @@ def choose_capture_sizes(
     if sizes[-1] > default[-1]:
         notes.append(f"the largest size {sizes[-1]} is above the default's {default[-1]}: steps the default "
                      "runs without a graph get one")
+    if costs is not None and costs.n_starts and not costs.knows_gib(sizes):
+        notes.append(f"graph GiB not predicted: the largest size {sizes[-1]} is above every measured start's "
+                     f"({costs.max_top}), and the largest graph sets the shared pool; a lone start of this "
+                     "list measures it")
     return _answer(mode, sizes, default, dist, chosen, d_stats, costs, kv_bytes_per_token, steps, basis, notes)
 
 
