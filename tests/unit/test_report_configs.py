@@ -83,6 +83,9 @@ def test_a_local_build_tag_is_the_same_release_and_labels_say_what_is_set() -> N
     key = ("NVIDIA H200", "0.24.0", "FLASHINFER", ("ngram", 3), "fp8", 1024, None, 2, (60, 4, 2.7))
     assert config_label(key) == ("H200 · vLLM 0.24.0 · FLASHINFER · TP=2 · fp8 · ngram k=3 · max_num_seqs 1024 · "
                                  "MoE 60×4, 2.7B active")
+    assert config_label((*key[:5], 1024, 4096, 1, (None, None, 1.2), 4)) == (
+        "H200 · vLLM 0.24.0 · FLASHINFER · fp8 · ngram k=3 · max_num_seqs 1024 · 4 API servers · "
+        "max_model_len 4096")
     # an element the row could not establish stays unknown and splits from a known value
     unsure = configurations([*race_rows("r1", [0.8] * 4), *race_rows("r2", [0.8] * 4, unknown='["quantization"]')])
     assert sorted(c.label for c in unsure) == [

@@ -60,12 +60,14 @@ def config_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
         part("max_model_len", dep.max_model_len),
         part("tensor_parallel_size", dep.tensor_parallel_size),
         part("num_active_params_b", (dep.num_experts, dep.num_experts_per_tok, dep.num_active_params_b)),
+        dep.api_server_count if (dep.api_server_count or 1) > 1 else None,
     )
 
 
 def config_label(key: tuple[Any, ...]) -> str:
     """``H200 · vLLM 0.24.0 · FLASH_ATTN · unquantized · max_model_len 4096`` (defaults left out)."""
-    gpu, vllm, backend, spec, quant, seqs, length, tp, moe = key
+    gpu, vllm, backend, spec, quant, seqs, length, tp, moe, *rest = key
+    servers = rest[0] if rest else None
     unk = ("?",)
     parts = [re.sub(r"^NVIDIA\s+", "", gpu), f"vLLM {vllm}", "backend ?" if backend in (unk, None) else str(backend)]
     if tp == unk:
@@ -82,6 +84,8 @@ def config_label(key: tuple[Any, ...]) -> str:
         parts.append("max_num_seqs ?")
     elif seqs is not None:
         parts.append(f"max_num_seqs {seqs}")
+    if servers:
+        parts.append(f"{servers} API servers")
     if length == unk:
         parts.append("max_model_len ?")
     elif length is not None:
