@@ -141,6 +141,33 @@ def load_line(rows: list[dict[str, object]]) -> str | None:
     return text
 
 
+# a vLLM process at this many cores is one Python thread's worth: it sets the step's pace (cli.common's
+# LOADGEN_SATURATED_CORES, the threshold of the cell lines)
+CPU_BOUND_CORES = 0.8
+
+
+def cpu_line(rows: list[dict[str, object]]) -> str | None:
+    """How many ok cells had a vLLM process at a full core (``engine_busiest_cores``), which ones, and how busy
+    the GPU was meanwhile. There the step time is that process's CPU time per step and a graph shortens only
+    its launch part (the H200's saturated 1B race, 2026-12-03: VLLM::EngineCore at 0.92-0.98 cores in 20 of
+    20 cells, the GPU 21-51% busy, every verdict open). None when no cell was at a full core."""
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("race_round") is not None
+          and isinstance(r.get("engine_busiest_cores"), (int, float))]
+    bound = [r for r in ok if float(str(r["engine_busiest_cores"])) >= CPU_BOUND_CORES]
+    if not bound:
+        return None
+    titles: dict[str, int] = defaultdict(int)
+    for r in bound:
+        titles[str(r.get("engine_busiest_process") or "a vLLM process")] += 1
+    cores = [float(str(r["engine_busiest_cores"])) for r in bound]
+    gpu = [float(str(r["gpu_util_pct_mean"])) for r in bound if isinstance(r.get("gpu_util_pct_mean"), (int, float))]
+    who = ", ".join(f"{t} in {n}" for t, n in sorted(titles.items(), key=lambda kv: (-kv[1], kv[0])))
+    busy = f", the GPU {min(gpu):.0f}-{max(gpu):.0f}% busy" if gpu else ""
+    return (f"CPU-bound cells: a vLLM process ran at {min(cores):.2f}-{max(cores):.2f} cores in {len(bound)} of "
+            f"{len(ok)} ({who}){busy}: there a process's CPU time sets the step, and a mode only shortens its "
+            "launches")
+
+
 def across_table(by_shape: dict[Pool, list[RaceVerdict]], metrics: list[str], rule: SequentialRule,
                  markdown: bool) -> list[str]:
     """Per vLLM release, each mode against the default over every race (one per shape and configuration, each
@@ -262,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                      [[mode_label(m, pooled), *(cell(pooled.get((m, k))) for k in metrics)] for m in modes],
                      args.markdown)
         for line in (start_line(shape_rows[shape]), spec_line(shape_rows[shape]), jit_line(shape_rows[shape]),
-                     load_line(shape_rows[shape])):
+                     load_line(shape_rows[shape]), cpu_line(shape_rows[shape])):
             if line:
                 out += ["", line]
         if args.workloads:

@@ -80,3 +80,16 @@ def test_the_cell_line_names_a_vllm_process_at_a_full_core() -> None:
     assert engine_process_text(rec(0.97, "VLLM::EngineCore")) == ", VLLM::EngineCore at 0.97 CPU cores"
     assert engine_process_text(rec(0.97, None)) == ", a vLLM process at 0.97 CPU cores"
     assert engine_process_text(rec(0.4, "VLLM::APIServer_0")) == "" and engine_process_text(rec(None, None)) == ""
+
+
+def test_the_cpu_line_names_the_process_that_set_the_pace() -> None:
+    # the saturated 1B race (2026-12-03): the engine core at a full core, the GPU half idle
+    rows = [{"status": "ok", "race_round": i, "engine_busiest_cores": c, "engine_busiest_process": t,
+             "gpu_util_pct_mean": g}
+            for i, (c, t, g) in enumerate([(0.98, "VLLM::EngineCore", 31.0), (0.92, "VLLM::EngineCore", 48.0),
+                                           (0.87, "python3", 67.0), (0.30, "VLLM::EngineCore", 90.0)])]
+    assert race_table.cpu_line(rows) == (
+        "CPU-bound cells: a vLLM process ran at 0.87-0.98 cores in 3 of 4 (VLLM::EngineCore in 2, python3 in 1), "
+        "the GPU 31-67% busy: there a process's CPU time sets the step, and a mode only shortens its launches")
+    assert race_table.cpu_line(rows[3:]) is None
+    assert race_table.cpu_line([{"status": "ok", "race_round": 0, "engine_busiest_cores": None}]) is None
