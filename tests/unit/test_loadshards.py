@@ -61,3 +61,16 @@ def test_a_fixed_grid_cell_sends_every_planned_request(tmp_path: Path) -> None:
         assert summary.ok == 1 and row["status"] == "ok", row.get("reason")
         sent.append((row["n_sent"], row["n_ok"]))
     assert sent[0] == sent[1], sent  # the same seeded plan: every request sent and finished both ways
+
+
+def test_a_fixed_cell_above_its_cap_from_two_processes_leaves_its_backlog_unsent(tmp_path: Path) -> None:
+    config = race_config(tmp_path, [CudaGraphMode.FULL]).profile
+    w = W1.model_copy(update={"rate": 2000.0, "duration_s": 1.0, "warmup_s": 0.2, "max_concurrency": 4})
+    cfg = dataclasses.replace(config, workloads=[w], modes=[CudaGraphMode.FULL], dataset=tmp_path / "two.sqlite",
+                              loadgen_processes=2, drain_grace_s=30.0)
+    with ProfileStore(cfg.dataset) as store:
+        summary = Profiler(cfg, store).run()
+        (row,) = store.rows()
+    assert summary.ok == 1 and row["status"] == "ok", row.get("reason")
+    assert row["n_ok"] > 0 and row["n_err"] == 0 and row["n_sent"] == row["n_ok"]
+    assert row["finished_at"] - row["started_at"] < 20  # not held open to the deadline by the backlog

@@ -134,10 +134,14 @@ async def run_load(base_url: str, model: str, plans: Sequence[PlannedRequest], *
                    connect_timeout_s: float = 5.0, read_timeout_s: float = 300.0,
                    on_done: Callable[[RequestResult], None] | None = None,
                    t0: float | None = None, stop: asyncio.Event | None = None,
-                   results: list[RequestResult] | None = None) -> list[RequestResult]:
+                   results: list[RequestResult] | None = None,
+                   send_until: float | None = None) -> list[RequestResult]:
     """Send *plans* open-loop from *t0* (perf_counter; now if None); return one result per plan, in order.
 
-    Pass *results* (empty) to watch them fill while the load runs; *stop* ends the run early.
+    Pass *results* (empty) to watch them fill while the load runs; *stop* ends the run early. With
+    *max_concurrency*, a request that gets its slot at or after *send_until* (perf_counter) is not sent: a
+    closed loop above its cap keeps a backlog, and sending it after the measured window only holds the cell
+    open until the deadline.
     """
     url = base_url.rstrip("/") + "/v1/completions"
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
@@ -158,6 +162,8 @@ async def run_load(base_url: str, model: str, plans: Sequence[PlannedRequest], *
                 await _one_request(session, url, model, plan, result)
             else:
                 async with sem:
+                    if send_until is not None and time.perf_counter() >= send_until:
+                        return
                     await _one_request(session, url, model, plan, result)
             if on_done is not None:
                 on_done(result)

@@ -43,7 +43,7 @@ def split_concurrency(cap: int | None, shards: int) -> list[int | None]:
 
 def _run_shard(base_url: str, model: str, plans: list[PlannedRequest], max_concurrency: int | None,
                deadline_s: float, t0: float, stop_at: float | None, connect_timeout_s: float,
-               read_timeout_s: float) -> tuple[list[RequestResult], float]:
+               read_timeout_s: float, send_until: float | None = None) -> tuple[list[RequestResult], float]:
     """One shard's results and its CPU seconds per second while it sent (its share of the load's cost)."""
 
     async def main() -> list[RequestResult]:
@@ -53,7 +53,7 @@ def _run_shard(base_url: str, model: str, plans: list[PlannedRequest], max_concu
             asyncio.get_running_loop().call_later(max(0.0, stop_at - time.perf_counter()), stop.set)
         return await run_load(base_url, model, plans, max_concurrency=max_concurrency, deadline_s=deadline_s,
                               t0=t0, stop=stop, connect_timeout_s=connect_timeout_s,
-                              read_timeout_s=read_timeout_s)
+                              read_timeout_s=read_timeout_s, send_until=send_until)
 
     cpu0, wall0 = time.thread_time(), time.perf_counter()
     results = asyncio.run(main())
@@ -79,14 +79,14 @@ class LoadShards:
 
     async def run(self, base_url: str, model: str, plans: Sequence[PlannedRequest], *, max_concurrency: int | None,
                   deadline_s: float, t0: float, stop_at: float | None, connect_timeout_s: float,
-                  read_timeout_s: float) -> list[RequestResult]:
+                  read_timeout_s: float, send_until: float | None = None) -> list[RequestResult]:
         """Every plan's result, in the plans' order, as :func:`run_load` would give them."""
         n = max(1, min(self.processes, len(plans), max_concurrency or self.processes))
         caps = split_concurrency(max_concurrency, n)
         loop = asyncio.get_running_loop()
         parts = await asyncio.gather(*(
             loop.run_in_executor(self._pool, _run_shard, base_url, model, list(plans[i::n]), caps[i], deadline_s,
-                                 t0, stop_at, connect_timeout_s, read_timeout_s)
+                                 t0, stop_at, connect_timeout_s, read_timeout_s, send_until)
             for i in range(n)))
         out: list[RequestResult | None] = [None] * len(plans)
         for i, (part, _) in enumerate(parts):

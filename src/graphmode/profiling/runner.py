@@ -385,17 +385,20 @@ class Profiler:
         scraper = asyncio.create_task(scrape_loop())
         guard = asyncio.create_task(watchdog())
         deadline_s = total_s + (1.0 if adaptive else max(c.drain_grace_s, workload.duration_s))
+        # a fixed cell counts a closed loop's requests by when they left (stats.fixed_cell_requests): its
+        # backlog at the window's end stays unsent, and the cell ends once what left has drained
+        send_until = t0 + total_s if adaptive is None and workload.max_concurrency is not None else None
         if shards is not None:
             # the window's end is known: every shard stops itself there (what is in flight is cut)
             stop_at = t0 + total_s if adaptive is not None else None
             load = asyncio.create_task(self._sharded(shards, server, served, plans, workload, drive, deadline_s,
-                                                     stop_at))
+                                                     stop_at, send_until))
         else:
             load = asyncio.create_task(run_load(
                 server.base_url, served, plans, max_concurrency=workload.max_concurrency,
                 deadline_s=deadline_s, t0=t0,
                 connect_timeout_s=c.connect_timeout_s, read_timeout_s=c.read_timeout_s,
-                stop=stop if adaptive else None, results=drive.results,
+                stop=stop if adaptive else None, results=drive.results, send_until=send_until,
             ))
         waiters = {load, guard}
         if adaptive is not None and shards is None:
@@ -419,11 +422,12 @@ class Profiler:
 
     async def _sharded(self, shards: LoadShards, server: VllmServer, served: str, plans: list[PlannedRequest],
                        workload: Workload, drive: _Drive, deadline_s: float,
-                       stop_at: float | None) -> list[RequestResult]:
+                       stop_at: float | None, send_until: float | None = None) -> list[RequestResult]:
         c = self.config
         results = await shards.run(server.base_url, served, plans, max_concurrency=workload.max_concurrency,
                                    deadline_s=deadline_s, t0=drive.t0, stop_at=stop_at,
-                                   connect_timeout_s=c.connect_timeout_s, read_timeout_s=c.read_timeout_s)
+                                   connect_timeout_s=c.connect_timeout_s, read_timeout_s=c.read_timeout_s,
+                                   send_until=send_until)
         drive.results.extend(results)
         drive.shard_cores = shards.busiest_cores
         if stop_at is not None:  # a fixed window, as _control would have set it
