@@ -184,3 +184,41 @@ def test_profile_marks_a_host_bound_cell() -> None:
             "features": ObservedFeatures(frontend_cpu_cores=cores)}))
     lines = console.export_text().splitlines()
     assert "API server at 0.98 CPU cores: host-bound" in lines[0] and "API server" not in lines[1]
+
+
+def test_the_process_note_tells_the_engine_core_from_an_api_server() -> None:
+    from graphmode.selector.frontend import process_note
+
+    core = process_note("VLLM::EngineCore", 0.95)
+    assert core is not None and "engine core (VLLM::EngineCore) used 0.95 CPU cores" in core
+    assert "API server used" not in core
+    assert process_note("VLLM::APIServer_2", 0.97) == frontend_note(0.97)
+    assert process_note("VLLM::EngineCore", 0.5) is None and process_note(None, None) is None
+
+
+def test_watch_notes_the_engine_core_of_the_vllm_it_runs(tmp_path: Path) -> None:
+    # a stand-in for vLLM's engine core: a process titled as vLLM titles it, at a full core
+    import subprocess
+    import sys
+    import time
+    import types
+
+    from graphmode.control.controller import ManagedExecutor
+    from graphmode.control.proxy import Proxy
+
+    busy = subprocess.Popen(["bash", "-c", f'exec -a VLLM::EngineCore {sys.executable} -c "while True: pass"'])
+    try:
+        ex = ManagedExecutor([sys.executable], [], proxy=Proxy(), log_dir=tmp_path)
+        ex.server = types.SimpleNamespace(pid=busy.pid)  # type: ignore[assignment]
+        policy = Policy(PolicyConfig(min_dwell_s=0, cooldown_s=0, confirmations=1, max_attempts=2, retry_in_s=3600))
+        ctl = Controller("d", ex, advisor, policy, state_dir=tmp_path, dry_run=True)
+        ctl.injected = ObservedFeatures(arrival_rate=5.0)
+        asyncio.run(ctl.step())  # the first step only takes the snapshot
+        assert "notes" not in ctl.state.decisions[-1]
+        time.sleep(1.5)
+        asyncio.run(ctl.step())
+        notes = ctl.state.decisions[-1].get("notes", [])
+        assert any("engine core (VLLM::EngineCore)" in n for n in notes), notes
+    finally:
+        busy.kill()
+        busy.wait()

@@ -45,8 +45,9 @@ from graphmode.core.modes import CudaGraphMode, parse_mode
 from graphmode.core.records import Fingerprint, ObservedFeatures
 from graphmode.profiling.engine import VllmServer
 from graphmode.profiling.features import FeatureWindow
+from graphmode.profiling.hostload import Counters, counters, usage
 from graphmode.profiling.metrics import scrape_sync
-from graphmode.selector.frontend import frontend_note
+from graphmode.selector.frontend import frontend_note, process_note
 from graphmode.vllm_args import with_mode
 
 log = logging.getLogger("graphmode.watch")
@@ -225,6 +226,7 @@ class Controller:
         self.injected: ObservedFeatures | None = None
         self.state: DeploymentState = load_state(state_dir, deployment_id)
         self.last_decision: Decision | None = None
+        self._cpu_seen: Counters | None = None  # the served vLLM's process tree at the last step
         self._lock = asyncio.Lock()
         self.registry = CollectorRegistry()
         labels = ["deployment"]
@@ -303,8 +305,9 @@ class Controller:
                                                else feats.completion_rate)
             d = self.policy.evaluate(self.state.policy, current, advice, startup_s=self.state.startup_s,
                                      rate=rate)
-            note = frontend_note(feats.frontend_cpu_cores) if feats is not None else None
-            self.record(d, [note] if note else [])
+            notes = [n for n in (frontend_note(feats.frontend_cpu_cores) if feats is not None else None,
+                                 self._process_note()) if n]
+            self.record(d, list(dict.fromkeys(notes)))
             if d.switch and d.target is not None:
                 if self.dry_run:
                     log.info("dry-run: would switch %s → %s", current, d.target)
@@ -314,6 +317,20 @@ class Controller:
                 await self._capture_step(current, advice, rate)
             self.save()
             return d
+
+    def _process_note(self) -> str | None:
+        """A note when one process of the vLLM that graphmode runs used a full core since the last step (its
+        busiest process: with several API servers vLLM exports no process metrics, and the engine core
+        never did). Observe-only deployments run elsewhere: None."""
+        ex = self.executor
+        pid = ex.server.pid if isinstance(ex, ManagedExecutor) and ex.server is not None else None
+        now = counters(pid) if pid is not None else None
+        before, self._cpu_seen = self._cpu_seen, now
+        if before is None or now is None:
+            return None
+        u = usage(before, now)  # only processes in both snapshots: a switch in between reads None
+        cores, title = u["engine_busiest_cores"], u["engine_busiest_process"]
+        return process_note(str(title) if title else None, cores if isinstance(cores, float) else None)
 
     async def _capture_step(self, current: str, advice: Advice | None, rate: float | None) -> None:
         """A capture-size change for the current mode, weighed like a mode switch (policy.capture_decision)."""

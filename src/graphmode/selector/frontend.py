@@ -20,7 +20,8 @@ FRONTEND_SATURATED_CORES = 0.9
 # configuration races 1b-high-concurrency and 1b-high-concurrency-as4, docs/configs-campaign.md "Lease 4c"
 # and "Lease 6"): one API server at a full core, 9-15k output tokens/s and 200-474 running; with four,
 # 15-20k tokens/s and 490-733 running, the GPU still 21-53% busy and vLLM's processes at 2.8-3.3 cores in all
-# (their split was not recorded; the engine core, one process, may be the next limit).
+# (their split was not recorded then). Saturated (2000 req/s against caps of 640-1024, "Lease 7"): the engine
+# core at 0.92-0.98 cores in every cell, the GPU 21-51% busy, and no mode beyond the noise.
 
 
 def frontend_note(cores: float | None) -> str | None:
@@ -33,4 +34,21 @@ def frontend_note(cores: float | None) -> str | None:
         "~8.7k tokens/s with the GPU 12% busy); more API servers (--api-server-count) or fewer concurrent "
         "streams come before a mode change (on the H200, a 1B model at 640-1024 streams served 9-15k "
         "tokens/s with one API server and 15-20k with --api-server-count 4)"
+    )
+
+
+def process_note(title: str | None, cores: float | None) -> str | None:
+    """The note for vLLM's busiest process (its title, e.g. ``VLLM::EngineCore``) at ``cores`` CPU cores over
+    the window; None below the line. An API server gets :func:`frontend_note`."""
+    if cores is None or not cores >= FRONTEND_SATURATED_CORES:
+        return None
+    name = title or "a vLLM process"
+    if "EngineCore" not in name:
+        return frontend_note(cores)
+    return (
+        f"vLLM's engine core ({name}) used {cores:.2f} CPU cores over the window: one Python process "
+        "schedules and prepares every step, so steps wait on its CPU time and a CUDA graph mode only shortens "
+        "the launches (on the H200, a 1B model at 640-1024 streams with four API servers ran its engine core "
+        "at 0.92-0.98 cores, the GPU 21-51% busy, and no mode moved the step time beyond the noise); fewer "
+        "streams per engine or more engines come before a mode change"
     )
