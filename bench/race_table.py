@@ -30,6 +30,7 @@ except ImportError:  # run from a checkout without the package installed
 from profile_cost import DatasetCost, _shape_name, dataset_costs  # noqa: E402
 
 from graphmode.core.dataset import ProfileStore  # noqa: E402
+from graphmode.core.deployment import api_servers  # noqa: E402
 from graphmode.profiling.race_rounds import KNOWN_RACE_METRICS, RACE_METRICS  # noqa: E402
 from graphmode.profiling.sequential import SequentialRule  # noqa: E402
 from graphmode.report.arms import arm_costs, memory_line  # noqa: E402
@@ -198,8 +199,8 @@ def across_table(by_shape: dict[Pool, list[RaceVerdict]], metrics: list[str], ru
     return out
 
 
-# (shape key, vLLM release, max_model_len): the rounds one table pools
-Pool = tuple[str, str, int | None]
+# (shape key, vLLM release, max_model_len, API servers): the rounds one table pools
+Pool = tuple[str, str, int | None, int | None]
 
 
 def _release(r: dict[str, object]) -> str:
@@ -209,7 +210,7 @@ def _release(r: dict[str, object]) -> str:
 def _pool(r: dict[str, object]) -> Pool:
     shape = shape_of_row(r)
     length = shape.get("max_model_len")
-    return shape_key(shape), _release(r), length if isinstance(length, int) else None
+    return shape_key(shape), _release(r), length if isinstance(length, int) else None, api_servers(shape)
 
 
 def mode_label(mode: str, pooled: dict[tuple[str, str], RaceVerdict]) -> str:
@@ -261,13 +262,15 @@ def main(argv: list[str] | None = None) -> int:
             names[_pool(r)] = base[_pool(r)] + (f", vLLM {release}" if releases else "")
             shape_rows[_pool(r)].append(r)
         for v in race_verdicts(group, rule, metrics):
-            by_shape[(v.shape, release, v.max_model_len)].append(v)
+            by_shape[(v.shape, release, v.max_model_len, v.api_servers)].append(v)
     lengths: dict[tuple[str, str], int] = defaultdict(int)
-    for shape, release, _ in by_shape:
+    for shape, release, _, _ in by_shape:
         lengths[(shape, release)] += 1
     for pool in names:
         if lengths[pool[:2]] > 1 and pool[2] is not None:
             names[pool] += f", max_model_len={pool[2]}"
+        if pool[3]:
+            names[pool] += f", {pool[3]} API servers"
     # a dataset's race cost, on the pool its rows raced (one dataset per configuration in the campaigns)
     costs: dict[Pool, list[DatasetCost]] = defaultdict(list)
     for path in args.datasets:
@@ -276,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                 if c.kind == "race" and base.get(pool) == c.shape and not releases:
                     costs[pool].append(c)
     out: list[str] = []
-    for shape, vs in sorted(by_shape.items(), key=lambda kv: (base.get(kv[0], kv[0][0]), kv[0][1], kv[0][2] or 0)):
+    for shape, vs in sorted(by_shape.items(),
+                            key=lambda kv: (base.get(kv[0], kv[0][0]), kv[0][1], kv[0][2] or 0, kv[0][3] or 1)):
         name = names.get(shape, shape[0])
         cs = costs.get(shape, [])
         cost = (f": {sum(c.gpu_s for c in cs) / 60:.1f} GPU-min, {sum(c.rounds for c in cs)} rounds, "

@@ -378,13 +378,15 @@ def test_hostile_args_are_refused_cleanly() -> None:
         DeploymentConfig.from_vllm_args(args, strict=False)
 
 
-def test_several_api_servers_are_their_own_configuration() -> None:
+def test_api_servers_are_read_and_labelled_but_keep_the_shape_key() -> None:
     four = DeploymentConfig.from_vllm_args(["--max-num-seqs", "1024", "--api-server-count", "4"], model_config={})
     one = DeploymentConfig.from_vllm_args(["--max-num-seqs", "1024", "-asc", "1"], model_config={})
     assert (four.api_server_count, one.api_server_count) == (4, 1)
-    assert shape_key({"model_config_hash": "abc", **four.shape_fields()}) == "abc+seqs=1024+api=4"
-    assert shape_key({"model_config_hash": "abc", **one.shape_fields()}) == "abc+seqs=1024"  # vLLM's default
+    # a deployment that adds API servers keeps its model's data: only race pools split by them
+    assert shape_key({"model_config_hash": "abc", **four.shape_fields()}) == "abc+seqs=1024"
+    assert shape_key({"model_config_hash": "abc", **one.shape_fields()}) == "abc+seqs=1024"
     assert describe(four.shape_fields()).endswith("max_num_seqs=1024 max_model_len of the model api_server_count=4")
+    assert "api_server_count" not in describe(one.shape_fields())
     with pytest.raises(DeploymentError, match="--api-server-count"):
         DeploymentConfig.from_vllm_args(["--api-server-count", "four"], model_config={})
 
@@ -393,16 +395,25 @@ def test_races_with_one_and_with_four_api_servers_pool_apart() -> None:
     # Rows recorded before the column read it from the args they ran with. Pooled with the one-server race,
     # the three 1B races at 1024 streams read FULL_DECODE_ONLY "better" 0.915x on ITL (2026-12-03) though each
     # race alone was open: one API server at a full core and four measure different engines.
-    from graphmode.selector.verdicts import race_verdicts
+    from graphmode.selector.verdicts import race_decision, race_verdicts
 
     rows: dict[str, list[dict[str, object]]] = {}
     for name in ("1b-high-concurrency", "1b-high-concurrency-as4", "1b-saturated-as4"):
         with ProfileStore(MODELS / "profiles" / f"cfg-h200-vllm0.33-{name}.sqlite") as store:
             rows[name] = store.rows()
-    keys = {name: {shape_key(shape_of_row(r)) for r in rs if r.get("race_arm")} for name, rs in rows.items()}
-    assert keys["1b-high-concurrency"] == {"612a0e64ca2c+seqs=1024"}
-    assert keys["1b-high-concurrency-as4"] == keys["1b-saturated-as4"] == {"612a0e64ca2c+seqs=1024+api=4"}
-    pooled = [v for v in race_verdicts([r for rs in rows.values() for r in rs])
-              if v.workload is None and v.mode == "FULL_DECODE_ONLY" and v.metric == "itl_p50"]
-    assert sorted((v.shape, v.verdict, v.rounds) for v in pooled) == [
-        ("612a0e64ca2c+seqs=1024", "undecided", 4), ("612a0e64ca2c+seqs=1024+api=4", "undecided", 9)]
+    servers = {name: {deployment_of_row(r).api_server_count for r in rs if r.get("race_arm")}
+               for name, rs in rows.items()}
+    assert servers == {"1b-high-concurrency": {None}, "1b-high-concurrency-as4": {4}, "1b-saturated-as4": {4}}
+    verdicts = race_verdicts([r for rs in rows.values() for r in rs])
+    fdo = [v for v in verdicts if v.workload is None and v.mode == "FULL_DECODE_ONLY" and v.metric == "itl_p50"]
+    assert sorted(((v.shape, v.api_servers or 1, v.verdict, v.rounds) for v in fdo)) == [
+        ("612a0e64ca2c+seqs=1024", 1, "undecided", 4), ("612a0e64ca2c+seqs=1024", 4, "undecided", 9)]
+    assert "with 4 API servers" in next(v for v in fdo if v.api_servers).describe()
+    order = ["FULL_DECODE_ONLY", "FULL", "FULL_AND_PIECEWISE", "PIECEWISE"]
+    for count, picked in ((4, "the races with 4 API servers answer (the deployment's --api-server-count)"),
+                          (None, "the races with one API server answer (the deployment's --api-server-count)"),
+                          (2, "the races with 4 API servers answer (the nearest to the deployment's)")):
+        ans = race_decision(verdicts, "612a0e64ca2c+seqs=1024", "itl_p50", {}, order, {}, weighted=False,
+                            api_server_count=count)
+        assert ans is not None and ans.mode == "FULL_AND_PIECEWISE", (count, ans)
+        assert any(picked in n for n in ans.notes), (count, ans.notes)

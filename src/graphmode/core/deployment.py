@@ -411,13 +411,14 @@ def _show(element: str, known: bool, value: Any) -> str:
 def describe(shape: Mapping[str, Any]) -> str:
     """One line for a configuration, e.g. ``TP=1 FLASH_ATTN unquantized without speculative decoding ...``."""
     text = " ".join(_show(e, *_element(shape, e)) for e in ELEMENTS)
-    servers = _api_servers(shape)
+    servers = api_servers(shape)
     return text + (f" api_server_count={servers}" if servers else "")
 
 
-def _api_servers(shape: Mapping[str, Any]) -> int | None:
+def api_servers(shape: Mapping[str, Any]) -> int | None:
     """More than one API server process, else None. Not an element of :data:`ELEMENTS` (which every label
-    spells out, default or not): it only tells configurations apart when it is not vLLM's one."""
+    spells out, default or not) and not in the shape key: it matters only where a loaded frontend is the
+    limit, where races with one and with several pool apart."""
     n = shape.get("api_server_count")
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else None
 
@@ -426,10 +427,11 @@ def config_suffix(shape: Mapping[str, Any]) -> str:
     """What sets a configuration apart from vLLM's defaults, for a shape key ('' for the defaults).
 
     Only known elements that differ from a plain deployment count (TP>1, a requested backend, quantization,
-    speculative decoding, an explicit max_num_seqs, more than one API server), so shapes trained before
-    configurations were recorded
+    speculative decoding, an explicit max_num_seqs), so shapes trained before configurations were recorded
     keep their keys, and an unknown element never splits data it cannot tell apart.
-    ``max_model_len`` stays out: it bounds the KV cache, not what a graph captures.
+    ``max_model_len`` stays out: it bounds the KV cache, not what a graph captures. So does the number of API
+    servers (:func:`api_servers`): a deployment that adds some keeps its model's data; race verdicts pool
+    apart by both (``graphmode.selector.verdicts.race_verdicts``).
     """
     parts: list[str] = []
     known, tp = _element(shape, "tensor_parallel_size")
@@ -447,13 +449,6 @@ def config_suffix(shape: Mapping[str, Any]) -> str:
     known, seqs = _element(shape, "max_num_seqs")
     if known and seqs is not None:
         parts.append(f"seqs={seqs}")
-    # Several API servers move where a loaded engine is bound (H200, 1B, 1024 streams: one API server at a
-    # full core served 9-15k tokens/s, four 15-20k and left the engine core the limit), so races with one
-    # and with four pool apart: pooled, three such races read FULL_DECODE_ONLY "better" (0.915x) where each
-    # alone was open (0.905x, 0.998x, 0.928x).
-    servers = _api_servers(shape)
-    if servers:
-        parts.append(f"api={servers}")
     return "+".join(parts)
 
 

@@ -32,16 +32,17 @@ def shape_names(card: ModelCard) -> dict[str, str]:
 
 def tables(card: ModelCard) -> list[tuple[str, list[str], list[list[str]]]]:
     """(shape name, header, rows) per raced shape: mode and one cell per metric (n rounds, s engine starts)."""
-    pooled: dict[tuple[str, int | None], list[RaceVerdict]] = defaultdict(list)
+    pooled: dict[tuple[str, int | None, int | None], list[RaceVerdict]] = defaultdict(list)
     for v in card.race:
         if v.workload is None:
             pooled[v.pool].append(v)
     names = shape_names(card)
     lengths: dict[str, int] = defaultdict(int)
-    for shape, _ in pooled:
+    for shape, _, _ in pooled:
         lengths[shape] += 1
     out = []
-    for (shape, length), vs in sorted(pooled.items(), key=lambda kv: (names.get(kv[0][0], kv[0][0]), kv[0][1] or 0)):
+    for (shape, length, servers), vs in sorted(pooled.items(), key=lambda kv: (names.get(kv[0][0], kv[0][0]),
+                                                                               kv[0][1] or 0, kv[0][2] or 1)):
         metrics = sorted({v.metric for v in vs})
         by = {(v.mode, v.metric): v for v in vs}
         modes = sorted({v.mode for v in vs}, key=lambda m: (m == CONTROL, m))
@@ -53,6 +54,7 @@ def tables(card: ModelCard) -> list[tuple[str, list[str], list[list[str]]]]:
                          *(_wander_cell(wander[k]) if k in wander else "–" for k in metrics)])
         # a shape raced at several max_model_len gets a table per length (its pools: selector.verdicts)
         at = f" at max_model_len={length}" if lengths[shape] > 1 and length is not None else ""
+        at += f" with {servers} API servers" if servers else ""
         out.append((names.get(shape, shape) + at, ["mode", *metrics], rows))
     return out
 

@@ -480,6 +480,7 @@ class Recommender:
             allowed=[m for m, s in ranking.scores.items() if s is not None and s.status != "violates"],
             default_mode=self.default_mode, corroborated=self._paired_better(obj.metric),
             max_model_len=_int_or_none(self._shape.get("max_model_len") if self._shape else None),
+            api_server_count=_int_or_none(self._shape.get("api_server_count") if self._shape else None),
         ) if self.card.race else None
         if race is not None and race.mode in ranking.scores:
             if race.basis != "default" or best != self.default_mode:

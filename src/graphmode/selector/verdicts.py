@@ -53,6 +53,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from graphmode.core.deployment import api_servers
 from graphmode.core.modes import DEFAULT_MODE
 from graphmode.profiling.race_rounds import (
     CONTROL_ARM,
@@ -101,6 +102,8 @@ class RaceVerdict(BaseModel):
                                                         "interval over the rounds reads")
     max_model_len: int | None = Field(None, description="--max-model-len of the race's engines (None: the "
                                                          "model's own): races at other lengths pool apart")
+    api_servers: int | None = Field(None, description="--api-server-count of the race's engines when more "
+                                                       "than one: races with one and with several pool apart")
 
     def cell(self) -> str:
         """A table cell: ``better 0.768× [0.62–0.95] n=8 s=1`` (rounds n, engine starts s)."""
@@ -113,14 +116,17 @@ class RaceVerdict(BaseModel):
         return f"{self.verdict} {self.ratio:.3f}×{ci} n={self.rounds} s={self.starts}{held}{ran}"
 
     @property
-    def pool(self) -> tuple[str, int | None]:
-        """The rounds a pooled verdict averages: one shape and configuration at one max_model_len."""
-        return self.shape, self.max_model_len
+    def pool(self) -> tuple[str, int | None, int | None]:
+        """The rounds a pooled verdict averages: one shape and configuration at one max_model_len and one
+        number of API servers."""
+        return self.shape, self.max_model_len, self.api_servers
 
     def describe(self) -> str:
         where = f" on {self.workload}" if self.workload else ""
         if self.workload is None and self.max_model_len is not None:
             where = f" at max_model_len={self.max_model_len}"
+        if self.workload is None and self.api_servers:
+            where += f" with {self.api_servers} API servers"
         if self.ratio is None:
             return f"{self.mode} {self.verdict} on {self.metric}{where} ({self.why})"
         ci = f", {self.confidence:.0%} interval {self.lo:.3f}–{self.hi:.3f}" if self.lo is not None else ""
@@ -130,21 +136,27 @@ class RaceVerdict(BaseModel):
 
 def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = SequentialRule(),
                   metrics: Sequence[str] = RACE_METRICS) -> list[RaceVerdict]:
-    """Pooled and per-workload verdicts per (shape, max_model_len, arm, metric) of every raced shape in *rows*.
+    """Pooled and per-workload verdicts per (shape, max_model_len, API servers, arm, metric) of every raced
+    shape in *rows*.
 
     Races of one shape at another ``--max-model-len`` pool apart: a long-context race runs prompts the
     others cannot (8-16K tokens on the 1B at 17408), where a mode's effect differs (FULL's TTFT win on short
-    prompts vanished there, H200 2026-12-03), and averaging the two regions would decide neither."""
-    by_shape: dict[tuple[str, int | None], list[Mapping[str, Any]]] = defaultdict(list)
+    prompts vanished there, H200 2026-12-03), and averaging the two regions would decide neither. So do races
+    with one API server and with several: at 1024 streams on the 1B one API server at a full core set the pace,
+    with four the engine core did, and pooled as three starts of one configuration the three such races read
+    FULL_DECODE_ONLY "better" 0.915x [0.886-0.945] on ITL though each alone was open (H200, 2026-12-03)."""
+    by_shape: dict[tuple[str, int | None, int | None], list[Mapping[str, Any]]] = defaultdict(list)
     for r in rows:
         # a capture-size arm (profiling/race_sizes.py) measured a list, not a mode: no mode verdict of it
         if r.get("status") == "ok" and r.get("race_round") is not None and r.get("race_arm") \
                 and not is_sizes_row(r):
             shape_row = shape_of_row(r)
             length = shape_row.get("max_model_len")
-            by_shape[(shape_key(shape_row), length if isinstance(length, int) else None)].append(r)
+            by_shape[(shape_key(shape_row), length if isinstance(length, int) else None,
+                      api_servers(shape_row))].append(r)
     out: list[RaceVerdict] = []
-    for (shape, length), shape_rows in sorted(by_shape.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+    for (shape, length, servers), shape_rows in sorted(by_shape.items(),
+                                                       key=lambda kv: (kv[0][0], kv[0][1] or 0, kv[0][2] or 1)):
         # one numbering for the rounds of every race of this shape: (race, round) is the pairing unit
         index = {k: i for i, k in enumerate(sorted({(str(r.get("race_id")), int(r["race_round"]))
                                                      for r in shape_rows}))}
@@ -173,12 +185,12 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = Sequ
                 and next(iter(ran[arm])) != arm else None
             for metric, d in v.pooled.items():
                 out.append(_verdict(shape, arm, metric, None, d, rule, centre, runs_as,
-                                    _all_rounds(table.blocked(arm, metric)[0]), length))
+                                    _all_rounds(table.blocked(arm, metric)[0]), length, servers))
             for (metric, workload), d in sorted(v.by_workload.items()):
                 if d.n:
                     region = {f: float(sum(xs) / len(xs)) for f, xs in feats[workload].items() if xs}
                     out.append(_verdict(shape, arm, metric, workload, d, rule, region, runs_as,
-                                        _all_rounds(table.blocked(arm, metric, workload)[0]), length))
+                                        _all_rounds(table.blocked(arm, metric, workload)[0]), length, servers))
     return out
 
 
@@ -202,12 +214,14 @@ def _all_rounds(log_ratios: Sequence[float]) -> tuple[float | None, int]:
 
 def _verdict(shape: str, arm: str, metric: str, workload: str | None, d: Decision, rule: SequentialRule,
              features: dict[str, float], runs_as: str | None = None,
-             all_rounds: tuple[float | None, int] = (None, 0), max_model_len: int | None = None) -> RaceVerdict:
+             all_rounds: tuple[float | None, int] = (None, 0), max_model_len: int | None = None,
+             servers: int | None = None) -> RaceVerdict:
     # starts behind the verdict: the rounds up to its first crossing (the fewer of the mode's and the default's)
     return RaceVerdict(shape=shape, mode=arm, metric=metric, workload=workload, verdict=d.verdict, rounds=d.n,
                        ratio=d.ratio, lo=d.lo, hi=d.hi, delta=rule.delta, confidence=rule.confidence, why=d.why,
                        features=features, starts=max(1, d.starts), runs_as=runs_as, ratio_all=all_rounds[0],
-                       rounds_all=all_rounds[1] or None, reads=d.reads, max_model_len=max_model_len)
+                       rounds_all=all_rounds[1] or None, reads=d.reads, max_model_len=max_model_len,
+                       api_servers=servers)
 
 
 class EquivalentMode(BaseModel):
@@ -318,6 +332,26 @@ def _log_distance(a: Mapping[str, float], b: Mapping[str, Any]) -> float | None:
     return math.sqrt(sum(math.log(a[f] / float(b[f])) ** 2 for f in common) / len(common))
 
 
+def _pick_servers(mine: Sequence[RaceVerdict], api_server_count: int | None, notes: list[str]) -> int | None:
+    """The API-server count whose races answer: the deployment's, else the nearest raced one (one server
+    counts as 1); a note when there was a choice."""
+    counts = sorted({v.api_servers for v in mine if v.workload is None}, key=lambda n: n or 1)
+    if len(counts) < 2:
+        return counts[0] if counts else None
+    want = api_server_count if api_server_count and api_server_count > 1 else None
+    # nearest in ratio; a tie goes to several servers (the frontend is then several processes either way)
+    pick = want if want in counts else min(counts, key=lambda n: (abs(math.log((n or 1) / (want or 1))), -(n or 1)))
+
+    def name(n: int | None) -> str:
+        return "one API server" if n is None else f"{n} API servers"
+
+    why = "the deployment's --api-server-count" if pick == want else "the nearest to the deployment's"
+    others = ", ".join(name(n) for n in counts if n != pick)
+    notes.append(f"race: this shape was raced with {' and with '.join(name(n) for n in counts)}; the races with "
+                 f"{name(pick)} answer ({why}), not those with {others}")
+    return pick
+
+
 def _pick_pool(mine: Sequence[RaceVerdict], features: Mapping[str, Any], max_model_len: int | None,
                notes: list[str]) -> int | None:
     """The max_model_len whose pooled verdicts answer (race_decision's docstring); a note when there was a
@@ -358,6 +392,7 @@ def race_decision(
     default_mode: str = DEFAULT_MODE.value,
     corroborated: Iterable[str] = (),
     max_model_len: int | None = None,
+    api_server_count: int | None = None,
 ) -> RaceAnswer | None:
     """The race's answer for (*shape*, *metric*) and a request's *features*; None without race verdicts.
 
@@ -370,9 +405,13 @@ def race_decision(
     its starts hold back (``reads == "better"``: two start blocks and no A/A arm to measure between them).
     Where the shape was raced at several ``--max-model-len`` (pools), the pool whose workloads sit nearest
     the request's *features* answers, else the one at the deployment's *max_model_len*, else the largest.
+    Races with another number of API servers (*api_server_count*) are left out first, unless the
+    deployment's count was never raced (then the nearest count answers).
     """
     mine = [v for v in verdicts if v.shape == shape and v.metric == metric and v.mode != CONTROL_ARM]
     notes: list[str] = []
+    servers = _pick_servers(mine, api_server_count, notes)
+    mine = [v for v in mine if v.api_servers == servers]
     length = _pick_pool(mine, features, max_model_len, notes)
     mine = [v for v in mine if v.max_model_len == length]
     # an arm vLLM ran as another mode measured that mode: it is neither evidence for nor a candidate of its name
@@ -423,8 +462,9 @@ def race_decision(
                          "better, but no A/A arm measured the start effect and no other paired comparison "
                          "agrees: an A/A arm (--control) would decide it")
             continue
-        aa = next((a for a in verdicts if a.pool == (shape, length) and a.metric == metric and a.workload is None
-                   and a.ratio is not None and (a.mode == CONTROL_ARM or a.runs_as == default_mode)), None)
+        aa = next((a for a in verdicts if a.pool == (shape, length, servers) and a.metric == metric
+                   and a.workload is None and a.ratio is not None
+                   and (a.mode == CONTROL_ARM or a.runs_as == default_mode)), None)
         spread = f"; this shape's A/A arm put two starts of the default {aa.ratio:.2f}× apart" if aa else ""
         notes.append(f"race: {v.describe()}, but from one engine start each and no other paired comparison "
                      f"agrees{spread}: not acted on until a second start does")
