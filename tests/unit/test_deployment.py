@@ -406,7 +406,7 @@ def test_races_with_one_and_with_four_api_servers_pool_apart() -> None:
     assert servers == {"1b-high-concurrency": {None}, "1b-high-concurrency-as4": {4}, "1b-saturated-as4": {4}}
     verdicts = race_verdicts([r for rs in rows.values() for r in rs])
     fdo = [v for v in verdicts if v.workload is None and v.mode == "FULL_DECODE_ONLY" and v.metric == "itl_p50"]
-    assert sorted(((v.shape, v.api_servers or 1, v.verdict, v.rounds) for v in fdo)) == [
+    assert sorted((v.shape, v.api_servers or 1, v.verdict, v.rounds) for v in fdo) == [
         ("612a0e64ca2c+seqs=1024", 1, "undecided", 4), ("612a0e64ca2c+seqs=1024", 4, "undecided", 9)]
     assert "with 4 API servers" in next(v for v in fdo if v.api_servers).describe()
     order = ["FULL_DECODE_ONLY", "FULL", "FULL_AND_PIECEWISE", "PIECEWISE"]
