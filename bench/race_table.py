@@ -176,8 +176,8 @@ def across_table(by_shape: dict[Pool, list[RaceVerdict]], metrics: list[str], ru
     (graphmode.selector.verdicts.across_races), what tells a mode's effect from a start's when every race
     has one start per arm."""
     out: list[str] = []
-    for release in sorted({r for _, r, _ in by_shape}):
-        vs = [v for (_, r, _), group in by_shape.items() if r == release for v in group]
+    for release in sorted({pool[1] for pool in by_shape}):
+        vs = [v for pool, group in by_shape.items() if pool[1] == release for v in group]
         modes = sorted({v.mode for v in vs if v.mode != "CONTROL" and not v.runs_as})
         rows = []
         for m in modes:
@@ -263,11 +263,11 @@ def main(argv: list[str] | None = None) -> int:
             shape_rows[_pool(r)].append(r)
         for v in race_verdicts(group, rule, metrics):
             by_shape[(v.shape, release, v.max_model_len, v.api_servers)].append(v)
-    lengths: dict[tuple[str, str], int] = defaultdict(int)
-    for shape, release, _, _ in by_shape:
-        lengths[(shape, release)] += 1
+    lengths: dict[tuple[str, str], set[int | None]] = defaultdict(set)
+    for shape, release, length, _ in by_shape:
+        lengths[(shape, release)].add(length)
     for pool in names:
-        if lengths[pool[:2]] > 1 and pool[2] is not None:
+        if len(lengths[pool[:2]]) > 1 and pool[2] is not None:
             names[pool] += f", max_model_len={pool[2]}"
         if pool[3]:
             names[pool] += f", {pool[3]} API servers"

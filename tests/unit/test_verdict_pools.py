@@ -45,7 +45,7 @@ def test_each_max_model_len_gets_its_own_pooled_verdict(verdicts: list[RaceVerdi
     assert by_len[17408].verdict == "equivalent" and by_len[17408].ratio == pytest.approx(1.0, abs=0.02)
     # the pool's centre: where its workloads sat, so a request can be matched to it
     assert by_len[17408].features["mean_input_tokens"] == pytest.approx(12000.0)
-    assert by_len[17408].pool == ("abc", 17408) and "at max_model_len=17408" in by_len[17408].describe()
+    assert by_len[17408].pool == ("abc", 17408, None) and "at max_model_len=17408" in by_len[17408].describe()
     # together the two would have averaged 0.87x over 20 rounds that no workload ran
     mixed = race_verdicts([{**r, "dep_max_model_len": 4096} for r in race("short", 4096, 0.75, 300.0)
                            + race("long", 4096, 1.0, 12000.0)], SequentialRule())
@@ -119,3 +119,19 @@ def test_the_noise_keeps_the_a_a_arm_of_the_pool_with_more_rounds() -> None:
     noise = {n.metric: n for n in race_noise(rows, vs)}
     restart = noise["ttft_p50"].restart
     assert restart is not None and restart.max_model_len == 4096 and restart.ratio == pytest.approx(0.9, rel=0.01)
+
+
+def test_the_race_table_lists_the_one_and_the_four_api_server_races_apart() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    profiles = root / "models" / "profiles"
+    r = subprocess.run([sys.executable, str(root / "bench" / "race_table.py"), "--metrics", "itl_p50",
+                        *(str(profiles / f"cfg-h200-vllm0.33-{n}.sqlite")
+                          for n in ("1b-high-concurrency", "1b-high-concurrency-as4", "1b-saturated-as4"))],
+                       capture_output=True, text=True, timeout=120, check=True)
+    heads = [line.split(":")[0] for line in r.stdout.splitlines() if line.startswith("LlamaForCausalLM")]
+    assert heads == ["LlamaForCausalLM 1.24B seqs=1024", "LlamaForCausalLM 1.24B seqs=1024, 4 API servers"]
+    assert "CPU-bound cells" in r.stdout.split(heads[1])[1]

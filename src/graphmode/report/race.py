@@ -37,9 +37,9 @@ def tables(card: ModelCard) -> list[tuple[str, list[str], list[list[str]]]]:
         if v.workload is None:
             pooled[v.pool].append(v)
     names = shape_names(card)
-    lengths: dict[str, int] = defaultdict(int)
-    for shape, _, _ in pooled:
-        lengths[shape] += 1
+    lengths: dict[str, set[int | None]] = defaultdict(set)
+    for shape, length, _ in pooled:
+        lengths[shape].add(length)
     out = []
     for (shape, length, servers), vs in sorted(pooled.items(), key=lambda kv: (names.get(kv[0][0], kv[0][0]),
                                                                                kv[0][1] or 0, kv[0][2] or 1)):
@@ -53,7 +53,7 @@ def tables(card: ModelCard) -> list[tuple[str, list[str], list[list[str]]]]:
             rows.append(["the default again, same start: round-to-round CV",
                          *(_wander_cell(wander[k]) if k in wander else "–" for k in metrics)])
         # a shape raced at several max_model_len gets a table per length (its pools: selector.verdicts)
-        at = f" at max_model_len={length}" if lengths[shape] > 1 and length is not None else ""
+        at = f" at max_model_len={length}" if len(lengths[shape]) > 1 and length is not None else ""
         at += f" with {servers} API servers" if servers else ""
         out.append((names.get(shape, shape) + at, ["mode", *metrics], rows))
     return out
