@@ -439,3 +439,13 @@ def test_a_trained_card_lists_its_most_measured_shape_first(tmp_path: Path) -> N
                                                                      rel=0.01)
     rec = Recommender.from_dir(res.out_dir)
     assert rec._shape is not None and rec._shape["num_params_b"] == card.shapes[0]["num_params_b"]
+
+
+def test_race_rows_alone_make_a_training_set_without_start_up_constants() -> None:
+    # one configuration's race dataset (no lone start) once failed the report with pandas' "No objects to
+    # concatenate": its start-up constants had no column to aggregate
+    path = Path(__file__).resolve().parents[2] / "models" / "profiles" / "cfg-h200-vllm0.33-1b-saturated-as4.sqlite"
+    with ProfileStore(path, readonly=True) as store:
+        rows = [r for r in store.rows() if r["status"] == "ok"]
+    ts = build_training_set(rows)
+    assert len(ts.units) == 3 and ts.constants == [] and ts.const_mean.shape == (1, len(ts.modes), 0)

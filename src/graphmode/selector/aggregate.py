@@ -203,7 +203,10 @@ def cell_frame(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], value:
 
 def cell_stats(frame: pd.DataFrame, columns: Sequence[str], by: Sequence[str] = ("unit", "mode")) -> pd.DataFrame:
     """Per group (a cell by default): ``mean``, sample ``std`` (NaN with one value) and ``count`` of each column,
-    missing values left out; columns are (column, statistic)."""
+    missing values left out; columns are (column, statistic). No columns (race rows only: no lone start to
+    take start-up constants from) give no groups, not pandas' "No objects to concatenate"."""
+    if not columns:
+        return pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=list(by)))
     return frame.groupby(list(by), sort=False)[list(columns)].agg(["mean", "std", "count"])
 
 
