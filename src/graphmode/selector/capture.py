@@ -482,7 +482,11 @@ def choose_capture_sizes(
             if costs is not None and costs.n_starts:
                 a_s, a_g = costs.predict(alone, mode)
                 c_s, c_g = costs.predict(sizes, mode)
-                cost = f"; predicted {c_s - a_s:+.2f} s capture, {c_g - a_g:+.3f} GiB graphs against that list"
+                cost = f"; predicted {c_s - a_s:+.2f} s capture"
+                # two lists with one largest size share the pool, so their difference is per-graph only
+                if max(sizes) == max(alone) or (costs.knows_gib(sizes) and costs.knows_gib(alone)):
+                    cost += f", {c_g - a_g:+.3f} GiB graphs"
+                cost += " against that list"
             notes.append(f"kept {', '.join(map(str, extra))} so that small batches replay a graph whatever the "
                          f"load (this window alone chose {len(alone)} sizes from {alone[0]}: a step of {extra[0]} "
                          f"token{'s' if extra[0] > 1 else ''} would pad to {pad}{cost})")
