@@ -7,6 +7,9 @@
 #   CASE = SHAPE[:KIND[:RACE_BUDGET_MIN]]   SHAPE: models/shapes/SHAPE.json (dummy weights)
 #     KIND loads (default): vLLM's default --max-num-seqs; workloads cap-low-r2 and cap-high-r32
 #     KIND long: --max-num-seqs 1024 (default list still stops at 512); workload cap-long-c768 (768 running)
+#     KIND fixed: as loads (same dataset, profile and lists), but the race runs the lists at a fixed number in
+#       flight, cap-low-c1 and cap-high-c48: open-loop cells let a slower engine hold a larger batch
+#       (docs/capture-sizes.md, "Lease 8")
 #     RACE_BUDGET_MIN: the race's --budget-min (default 7: two starts a side need a start and two restart waves)
 #   CAP_VLLM_ARGS="..." (environment): more vLLM args for every engine of every case, e.g. "--stream-interval 16"
 #     (SSE chunks every 16 steps: less API server work at > 512 streams), or "--api-server-count 4"
@@ -54,7 +57,7 @@ py="${GM_PYTHON:-python3}"
 [ ${#cases[@]} -ge 1 ] && [ ${#cases[@]} -le 3 ] || { echo "give 1 to 3 cases per chain" >&2; exit 2; }
 for c in "${cases[@]}"; do
   IFS=: read -r shape kind budget <<< "$c"
-  case "${kind:-loads}" in loads|long) ;; *) echo "case $c: KIND is loads or long" >&2; exit 2;; esac
+  case "${kind:-loads}" in loads|long|fixed) ;; *) echo "case $c: KIND is loads, long or fixed" >&2; exit 2;; esac
   [ -f "models/shapes/$shape.json" ] || { echo "case $c: no models/shapes/$shape.json" >&2; exit 2; }
 done
 case_name() { IFS=: read -r s k _ <<< "$1"; [ "${k:-loads}" = long ] && echo "$s-long" || echo "$s"; }
@@ -106,6 +109,7 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
       else
         seqs=256; loads=(cap-low-r2 cap-high-r32); arms=(low high); kv=8G; race=()
       fi
+      racew=("${loads[@]}"); [ "$kind" = fixed ] && racew=(cap-low-c1 cap-high-c48)
       prof=("$py" -m graphmode.profiling profile --grid "$grid" --modes FULL_AND_PIECEWISE --dataset "$ds"
             --resume --port 8300 --log-dir "$logs" --vllm-cmd "$vcmd")
       log "$name: a. profile the default list (${loads[*]})"
@@ -140,9 +144,9 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
       sa=(); for s in "${specs[@]}"; do sa+=(--sizes-arm "$s"); done
       # CAP_REPLICAS > 1: that many resident engines per arm (--replicas) instead of two restarted starts
       startsopt="--starts 2"; [ "${CAP_REPLICAS:-1}" -gt 1 ] && startsopt="--replicas ${CAP_REPLICAS}"
-      log "$name: d. race ${specs[*]} over ${loads[*]}, budget ${budget:-7} min"
+      log "$name: d. race ${specs[*]} over ${racew[*]}, budget ${budget:-7} min"
       eval "\"\$py\" -m graphmode.profiling profile --race --grid \"\$grid\" --modes FULL_AND_PIECEWISE \
-        --workloads \"\$(IFS=,; echo \"\${loads[*]}\")\" --dataset \"\$ds\" --port 8200 --log-dir \"\$logs\" \
+        --workloads \"\$(IFS=,; echo \"\${racew[*]}\")\" --dataset \"\$ds\" --port 8200 --log-dir \"\$logs\" \
         --vllm-cmd \"\$vcmd\" --kv-cache-memory-bytes \${CAP_KV:-\$kv} --budget-min \${budget:-7} \$startsopt \
         \"\${race[@]}\" \"\${sa[@]}\" $opts -- \"\${args[@]}\"" >>"$out" 2>&1 < /dev/null
       log "$name: race exited $?"
