@@ -17,8 +17,11 @@ with capture-size arms, one line per (workload, sizes arm) with
 * per raced metric the arm / default ratio on that workload's paired rounds, its interval and verdict (the
   race's sequential rule, per-workload confidence Bonferroni-corrected as the race does), and rounds n;
 * the most requests the default saw running in a cell (``obs_batch_max``): the too-short case needs > 512;
-  and the default cells' mean GPU utilisation and API server CPU cores (``obs_frontend_cpu_cores``): at ~1
-  core with the GPU far from busy the cell is host-bound (H200, 2026-12-02: ~900 running, GPU 12%).
+  and the default cells' mean GPU utilisation and their busiest vLLM process with its CPU cores
+  (``engine_busiest_process`` / ``engine_busiest_cores``; rows from before that column: the API server's,
+  ``obs_frontend_cpu_cores``): at ~1 core with the GPU far from busy the cell is host-bound (H200,
+  2026-12-02: ~900 running, GPU 12%; 2026-12-03, the 1B at 32 req/s: VLLM::EngineCore at 1.02 cores while
+  the API server used 0.59, which the API server column alone had called not host-bound).
 
     .venv/bin/python bench/capture_table.py DATASET [...] [--markdown] [--delta 0.03] [--confidence 0.95]
         [--starts 2] [--metrics itl_p50,ttft_p50,tpot_p50] [--latest]
@@ -73,7 +76,7 @@ class Line:
     decisions: dict[str, Decision]
     batch_max: float | None
     gpu_util: float | None = None  # the default's cells: mean GPU utilisation %, and
-    frontend_cores: float | None = None  # the CPU cores its API server used (1.0: saturated, host-bound)
+    busiest: str | None = None  # its busiest vLLM process and that process's CPU cores (1.0: host-bound)
     default_warm: float | None = None  # mean start-up s of the race's (warm) starts: default list, arm's list
     chosen_warm: float | None = None
 
@@ -158,12 +161,27 @@ def table_lines(path: Path, rule: SequentialRule, metrics: Sequence[str] = DEFAU
                            default=None)
                 out.append(Line(str(path), shape, race_id, w, arm, sizes, default, chosen,
                                 {m: v.by_workload[(m, w)] for m in metrics}, peak,
-                                _mean(r.get("gpu_util_pct_mean") for r in cells),
-                                _mean(r.get("obs_frontend_cpu_cores") for r in cells), *warm))
+                                _mean(r.get("gpu_util_pct_mean") for r in cells), busiest_process(cells), *warm))
             if len(workloads) > 1:
                 out.append(Line(str(path), shape, race_id, "(pooled)", arm, sizes, default, chosen,
                                 dict(v.pooled), None, None, None, *warm))
     return out
+
+
+def busiest_process(cells: Sequence[Mapping[str, Any]]) -> str | None:
+    """The vLLM process that used the most CPU in the most of *cells*, with its mean cores over them
+    ("VLLM::EngineCore 1.02"); cells from before ``engine_busiest_*`` give the API server's cores."""
+    named = [r for r in cells if isinstance(r.get("engine_busiest_cores"), int | float)]
+    if named:
+        counts: dict[str, int] = defaultdict(int)
+        for r in named:
+            counts[str(r.get("engine_busiest_process") or "vLLM")] += 1
+        top = min(counts, key=lambda k: (-counts[k], k))
+        cores = _mean(r["engine_busiest_cores"] for r in named
+                      if str(r.get("engine_busiest_process") or "vLLM") == top)
+        return f"{top} {cores:.2f}"
+    api = _mean(r.get("obs_frontend_cpu_cores") for r in cells)
+    return None if api is None else f"API server {api:.2f}"
 
 
 def _mean(values: Iterable[Any]) -> float | None:
@@ -191,7 +209,7 @@ def render(lines: Sequence[Line], markdown: bool) -> str:
     metrics = list(dict.fromkeys(m for ln in lines for m in ln.decisions))
     head = ["shape", "workload", "arm", "sizes arm / default", "warm start-up s", "capture s", "graph GiB",
             "KV cache tokens", *[f"{m} arm/default" for m in metrics], "running max", "GPU util %",
-            "API server cores"]
+            "busiest process, cores"]
     body = []
     for ln in lines:
         n_default = len(ln.default.sizes) if ln.default.sizes else None
@@ -204,7 +222,7 @@ def render(lines: Sequence[Line], markdown: bool) -> str:
             _pair(ln.default, ln.chosen, "graph_gib", "{:.2f}"),
             _pair(ln.default, ln.chosen, "kv_cache_tokens", "{:,.0f}"),
             *[_decision(ln.decisions[m]) if m in ln.decisions else "-" for m in metrics],
-            _num(ln.batch_max, "{:.0f}"), _num(ln.gpu_util, "{:.0f}"), _num(ln.frontend_cores, "{:.2f}"),
+            _num(ln.batch_max, "{:.0f}"), _num(ln.gpu_util, "{:.0f}"), ln.busiest or "-",
         ])
     if markdown:
         out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
@@ -217,9 +235,9 @@ def render(lines: Sequence[Line], markdown: bool) -> str:
     out.append("start-up columns: the arm's list / vLLM's default, means over engine starts. Warm start-up: the "
                "race's starts (side by side, all warm). Capture, graph GiB, KV tokens: lone starts (each "
                "engine alone on the GPU) where the dataset has them, '~' marks numbers from the race's side-by-side "
-               "starts (graph GiB and KV tokens there are not comparable). Running max, GPU util % and API server "
-               "cores are the default's cells on that workload: an API server near 1.0 core with the GPU far from "
-               "busy is a host-bound cell, where no capture list can help.")
+               "starts (graph GiB and KV tokens there are not comparable). Running max, GPU util % and the busiest "
+               "vLLM process are the default's cells on that workload: a process (API server or engine core) "
+               "near 1.0 core with the GPU far from busy is a host-bound cell, where no capture list can help.")
     return "\n".join(out)
 
 

@@ -16,7 +16,13 @@ measured the same stretch of that plan. Per dataset and challenger arm, over the
   fixed warm-ups it is undefined;
 * sd ln ITL: the within-group sd of the paired log ITL ratio (the round noise a race's interval sees), and
   the same with the warm-up difference regressed out: about what fixed windows leave, where the
-  correlation is the window's.
+  correlation is the window's;
+* r(ln batch, ln ITL) and its slope: the paired log ratio of the mean running batch (``obs_batch_mean``)
+  against the paired log ITL ratio, centred as above. On one open-loop plan the arms' batches differ only
+  because their engines ran at different speeds: a slower engine holds more requests, and where the step
+  is host-bound (a vLLM process at a full core) more requests make the step slower still. A slope near 1
+  says the cells sit on that loop and any per-engine difference comes out amplified (the H200's 1B at
+  32 req/s, 2026-12-03: r 0.94, slope 0.83); closed-loop cells (a fixed number in flight) hold the batch.
 
     .venv/bin/python bench/race_windows.py DATASET [...] [--race latest|KEY|all] [--markdown]
 
@@ -52,6 +58,8 @@ class ArmWindows:
     r_ttft: float | None
     sd_itl: float | None = None  # within-group sd of ln(ITL ratio), and with Δwarm-up regressed out
     sd_itl_fixed: float | None = None
+    r_batch: float | None = None  # paired ln(batch ratio) against ln(ITL ratio): correlation and slope
+    slope_batch: float | None = None
 
 
 def _centred(points: Sequence[tuple[Any, float, float]]) -> tuple[list[float], list[float], int]:
@@ -93,6 +101,14 @@ def _sds(points: Sequence[tuple[Any, float, float]]) -> tuple[float | None, floa
     return sd, math.sqrt(sum((c - b * a) ** 2 for a, c in zip(x, y, strict=True)) / (dof - 1))
 
 
+def _slope(points: Sequence[tuple[Any, float, float]]) -> float | None:
+    x, y, _ = _centred(points)
+    sxx = sum(v * v for v in x)
+    if len(x) < 3 or sxx == 0:
+        return None
+    return sum(a * c for a, c in zip(x, y, strict=True)) / sxx
+
+
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
 
@@ -116,6 +132,7 @@ def arm_windows(rows: Sequence[Mapping[str, Any]], dataset: str, race: str) -> l
         dwarm: list[float] = []
         dsent: list[int] = []
         pts: dict[str, list[tuple[Any, float, float]]] = {"itl_p50": [], "ttft_p50": []}
+        batch: list[tuple[Any, float, float]] = []
         for r, d in pairs:
             wa, wd = _num(r.get("warmup_used_s")), _num(d.get("warmup_used_s"))
             group = (r.get("workload"), r.get("race_start_id"), d.get("race_start_id"))
@@ -125,6 +142,11 @@ def arm_windows(rows: Sequence[Mapping[str, Any]], dataset: str, race: str) -> l
                     a, b = _num(r.get(metric)), _num(d.get(metric))
                     if a and b and a > 0 and b > 0:
                         points.append((group, wa - wd, math.log(a / b)))
+            ba, bd, ia, idf = (_num(r.get("obs_batch_mean")), _num(d.get("obs_batch_mean")),
+                               _num(r.get("itl_p50")), _num(d.get("itl_p50")))
+            if ba and bd and ia and idf and min(ba, bd, ia, idf) > 0:
+                batch.append(((r.get("workload"), r.get("race_start_id"), d.get("race_start_id")),
+                              math.log(ba / bd), math.log(ia / idf)))
             sa, sd = r.get("n_sent"), d.get("n_sent")
             if isinstance(sa, int) and isinstance(sd, int):
                 dsent.append(abs(sa - sd))
@@ -133,7 +155,7 @@ def arm_windows(rows: Sequence[Mapping[str, Any]], dataset: str, race: str) -> l
             statistics.pstdev(dwarm) if len(dwarm) >= 2 else None,
             statistics.fmean(dsent) if dsent else None,
             sum(1 for x in dsent if x > 1) / len(dsent) if dsent else None,
-            _corr(pts["itl_p50"]), _corr(pts["ttft_p50"]), *_sds(pts["itl_p50"])))
+            _corr(pts["itl_p50"]), _corr(pts["ttft_p50"]), *_sds(pts["itl_p50"]), _corr(batch), _slope(batch)))
     return out
 
 
@@ -152,14 +174,15 @@ def races_of(rows: Sequence[Mapping[str, Any]], which: str) -> list[str]:
 
 def render(lines: Sequence[ArmWindows], markdown: bool) -> str:
     head = ["dataset", "race", "arm", "pairs", "sd Δwarm-up s", "|Δsent|", "Δsent > 1", "r(Δwarm-up, ln ITL)",
-            "r(Δwarm-up, ln TTFT)", "sd ln ITL", "without Δwarm-up"]
+            "r(Δwarm-up, ln TTFT)", "sd ln ITL", "without Δwarm-up", "r(ln batch, ln ITL)", "slope"]
 
     def f(v: float | None, fmt: str) -> str:
         return "-" if v is None else fmt.format(v)
 
     body = [[Path(ln.dataset).name, ln.race, ln.arm, str(ln.pairs), f(ln.sd_dwarm, "{:.2f}"),
              f(ln.mean_dsent, "{:.1f}"), f(ln.share_dsent, "{:.0%}"), f(ln.r_itl, "{:.2f}"), f(ln.r_ttft, "{:.2f}"),
-             f(ln.sd_itl, "{:.3f}"), f(ln.sd_itl_fixed, "{:.3f}")]
+             f(ln.sd_itl, "{:.3f}"), f(ln.sd_itl_fixed, "{:.3f}"), f(ln.r_batch, "{:.2f}"),
+             f(ln.slope_batch, "{:.2f}")]
             for ln in lines]
     if markdown:
         return "\n".join(["| " + " | ".join(head) + " |", "|" + " --- |" * len(head),

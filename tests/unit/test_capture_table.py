@@ -123,10 +123,11 @@ def test_capture_table_on_a_synthetic_race(tmp_path: Path) -> None:
     arm_up, default_up = (float(x) for x in low.split(" | ")[4].split(" / "))
     assert 40.8 <= arm_up < 41.8 and 50.2 <= default_up < 51.2, low
     assert "warm start-up s" in out  # decided at its first crossing
-    assert "worse 1.5" in high and "| 60 | 12 | 0.97 |" in high, high  # the host-bound signature
-    assert "| 3 | 30 | 0.20 |" in low, low
+    # rows without engine_busiest_*: the API server's cores
+    assert "worse 1.5" in high and "| 60 | 12 | API server 0.97 |" in high, high  # the host-bound signature
+    assert "| 3 | 30 | API server 0.20 |" in low, low
     assert ("| itl_p50 arm/default | ttft_p50 arm/default | tpot_p50 arm/default | running max | GPU util % | "
-            "API server cores |") in out
+            "busiest process, cores |") in out
     assert mod.main([str(ds), "--metrics", "goodput"]) == 2
 
     # without lone starts the race's overlapped numbers are shown, marked
@@ -137,3 +138,15 @@ def test_capture_table_on_a_synthetic_race(tmp_path: Path) -> None:
         assert mod.main([str(ds)]) == 0
     assert "~-3.00 / -3.00" in buf.getvalue()
     assert mod.main([str(tmp_path / "missing.sqlite")]) == 2
+
+
+def test_busiest_process_names_the_process_most_cells_had_busiest() -> None:
+    mod = _load()
+    # the 1B at 32 req/s on the H200 (2026-12-03): the engine core at a full core, the API server at 0.6
+    cells = [{"engine_busiest_process": "VLLM::EngineCore", "engine_busiest_cores": c, "obs_frontend_cpu_cores": 0.6}
+             for c in (1.0, 1.04)]
+    cells.append({"engine_busiest_process": "python3", "engine_busiest_cores": 0.7, "obs_frontend_cpu_cores": 0.7})
+    assert mod.busiest_process(cells) == "VLLM::EngineCore 1.02"
+    assert mod.busiest_process([{"obs_frontend_cpu_cores": 0.5}]) == "API server 0.50"
+    assert mod.busiest_process([{}]) is None
+    assert mod.busiest_process([{"engine_busiest_cores": 0.9}]) == "vLLM 0.90"

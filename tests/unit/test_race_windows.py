@@ -61,6 +61,26 @@ def test_a_start_effect_is_not_read_as_a_window_effect() -> None:
     assert line.sd_dwarm is not None and line.sd_dwarm > 0.2  # the raw spread is there: the groups remove it
 
 
+def test_an_open_loop_feedback_shows_as_itl_following_the_batch() -> None:
+    """One plan per round; the arm's engine is a little slower in some rounds and so holds more requests,
+    and its steps slow with the batch (step ∝ batch^0.8): the paired log ratios line up, slope 0.8."""
+    rows = []
+    for rnd in range(8):
+        lb = 0.3 * ((rnd * 5) % 7 - 3) / 3  # ln(arm's batch / default's), -0.3 .. 0.3
+        d = {**_row("r", rnd, "FULL_AND_PIECEWISE", 2.0, 0.003, 90), "obs_batch_mean": 40.0}
+        a = {**_row("r", rnd, "low", 2.0, 0.003 * math.exp(0.8 * lb), 90), "obs_batch_mean": 40.0 * math.exp(lb)}
+        rows += [d, a]
+    rows.append({**_row("r", 9, "FULL_AND_PIECEWISE", 2.0, 0.003, 90), "obs_batch_mean": 0.0})  # no batch: skipped
+    rows.append({**_row("r", 9, "low", 2.0, 0.003, 90), "obs_batch_mean": 0.0})
+    (line,) = rw.arm_windows(rows, "d.sqlite", "r")
+    assert line.r_batch == pytest.approx(1.0) and line.slope_batch == pytest.approx(0.8)
+    assert "| 1.00 | 0.80 |" in rw.render([line], markdown=True)
+    # closed loop: the batch is held, nothing to correlate
+    held = [{**r, "obs_batch_mean": 40.0} for r in rows]
+    (line,) = rw.arm_windows(held, "d.sqlite", "r")
+    assert line.r_batch is None and line.slope_batch is None
+
+
 def test_bad_paths_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert rw.main([str(tmp_path / "missing.sqlite")]) == 2
     junk = tmp_path / "junk.sqlite"
