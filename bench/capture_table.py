@@ -179,7 +179,9 @@ def busiest_process(cells: Sequence[Mapping[str, Any]]) -> str | None:
         top = min(counts, key=lambda k: (-counts[k], k))
         cores = _mean(r["engine_busiest_cores"] for r in named
                       if str(r.get("engine_busiest_process") or "vLLM") == top)
-        return f"{top} {cores:.2f}"
+        # the process tree's root keeps the interpreter's name: started as `python3 -m vllm...`, the API server
+        label = "API server" if top in ("python", "python3") else top
+        return f"{label} {cores:.2f}"
     api = _mean(r.get("obs_frontend_cpu_cores") for r in cells)
     return None if api is None else f"API server {api:.2f}"
 

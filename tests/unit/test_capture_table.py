@@ -150,3 +150,5 @@ def test_busiest_process_names_the_process_most_cells_had_busiest() -> None:
     assert mod.busiest_process([{"obs_frontend_cpu_cores": 0.5}]) == "API server 0.50"
     assert mod.busiest_process([{}]) is None
     assert mod.busiest_process([{"engine_busiest_cores": 0.9}]) == "vLLM 0.90"
+    root = {"engine_busiest_process": "python3", "engine_busiest_cores": 0.83}
+    assert mod.busiest_process([root]) == "API server 0.83"
