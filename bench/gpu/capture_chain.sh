@@ -10,6 +10,8 @@
 #     KIND fixed: as loads (same dataset, profile and lists), but the race runs the lists at a fixed number in
 #       flight, cap-low-c1 and cap-high-c48: open-loop cells let a slower engine hold a larger batch
 #       (docs/capture-sizes.md, "Lease 8")
+#     KIND low: as loads, but only the low load and its list (cap-low-r2, one challenger arm): the ±3%
+#       equivalence target at low load, where the 8B's paired rounds scatter least (sd of ln ITL ratio 0.016)
 #     RACE_BUDGET_MIN: the race's --budget-min (default 7: two starts a side need a start and two restart waves)
 #   CAP_VLLM_ARGS="..." (environment): more vLLM args for every engine of every case, e.g. "--stream-interval 16"
 #     (SSE chunks every 16 steps: less API server work at > 512 streams), or "--api-server-count 4"
@@ -57,7 +59,7 @@ py="${GM_PYTHON:-python3}"
 [ ${#cases[@]} -ge 1 ] && [ ${#cases[@]} -le 3 ] || { echo "give 1 to 3 cases per chain" >&2; exit 2; }
 for c in "${cases[@]}"; do
   IFS=: read -r shape kind budget <<< "$c"
-  case "${kind:-loads}" in loads|long|fixed) ;; *) echo "case $c: KIND is loads, long or fixed" >&2; exit 2;; esac
+  case "${kind:-loads}" in loads|long|fixed|low) ;; *) echo "case $c: KIND is loads, long, fixed or low" >&2; exit 2;; esac
   [ -f "models/shapes/$shape.json" ] || { echo "case $c: no models/shapes/$shape.json" >&2; exit 2; }
 done
 case_name() { IFS=: read -r s k _ <<< "$1"; [ "${k:-loads}" = long ] && echo "$s-long" || echo "$s"; }
@@ -106,6 +108,8 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
       if [ "$kind" = long ]; then
         args+=(--max-num-seqs 1024); seqs=1024; loads=(cap-long-c768); arms=(long); kv=12G
         race=(--cell-s 5 --cell-warmup-s 8 --race-metrics tpot_p50,itl_p50)
+      elif [ "$kind" = low ]; then
+        seqs=256; loads=(cap-low-r2); arms=(low); kv=8G; race=()
       else
         seqs=256; loads=(cap-low-r2 cap-high-r32); arms=(low high); kv=8G; race=()
       fi
