@@ -196,6 +196,19 @@ PY
   (cd "$work" && tar -czf "$OUT/recs.tgz" rec-*.json 2>/dev/null)
   (cd "$work" && tar -czf "$OUT/logs.tgz" --exclude='model-*' --exclude='shapes' --exclude='src' \
     --exclude='vllm-cache' --exclude='*.sqlite*' --exclude='*.pid' --exclude='rec-*' .) 2>/dev/null
+  # a file over 16 MiB does not come back (lease 8: twelve resident engines' logs), and the host is gone
+  # soon after the call: keep each engine log's first and last 400 lines instead
+  if [ "$(stat -c %s "$OUT/logs.tgz" 2>/dev/null || echo 0)" -gt 15000000 ]; then
+    trim=$(mktemp -d)
+    (cd "$work" && find . \( -name vllm-cache -o -name 'model-*' -o -name src -o -name shapes \) -prune -o \
+      -type f \( -name '*.log' -o -name '*.out' \) -print) | while read -r f; do
+      mkdir -p "$trim/$(dirname "$f")"
+      if [ "$(wc -l < "$work/$f")" -gt 800 ]; then
+        { head -n 400 "$work/$f"; echo "[... trimmed by capture_chain.sh ...]"; tail -n 400 "$work/$f"; } > "$trim/$f"
+      else cp "$work/$f" "$trim/$f"; fi
+    done
+    (cd "$trim" && tar -czf "$OUT/logs.tgz" .) && rm -rf "$trim"
+  fi
   summary > "$OUT/summary.txt"
   table > "$OUT/table.md"
   nvidia-smi --query-gpu=index,name,driver_version,memory.total,uuid --format=csv > "$OUT/gpu.csv" 2>/dev/null \
