@@ -88,9 +88,13 @@ def fit_problem(engines: int, vllm_args: Sequence[str], gpu_gib: float | None, k
     if total <= gpu_gib:
         return None
     fit = int(gpu_gib // per_engine)
+    # the largest whole GiB of KV cache with which all of them fit (lease 8 guessed 3G after 4G was refused)
+    kv_max = math.floor(gpu_gib / engines - w - ENGINE_OVERHEAD_GIB)
+    less = (f"or give each engine at most {kv_max}G of KV cache (--kv-cache-memory-bytes)" if kv_max >= 1
+            else "and the weights alone leave no GiB of KV cache for that many")
     return (f"{engines} engines × {per_engine:.1f} GiB (weights {w:.1f} + KV {kv:g} + overhead "
             f"{ENGINE_OVERHEAD_GIB:g}) = {total:.0f} GiB, more than the GPU's {gpu_gib:.0f} GiB; {fit} fit: "
-            f"race {what}, or give each engine less KV cache")
+            f"race {what}, {less}")
 
 
 def check_fit(engines: int, vllm_args: Sequence[str], gpu_gib: float | None, kv_cache_memory_bytes: str | None,
