@@ -35,7 +35,11 @@
 #      tpot_p50,itl_p50 with 5 s cells after 8 s of warm-up (> 512 streams coalesce SSE chunks: TPOT holds).
 # GPU time, H200, vLLM 0.33 (measured 2026-12-02, 8B loads case with :6): a 3.2 min (cold start, two cells),
 # c 2.5 + 2.7 min (each list compiles cold), d 6.1 min = 14.6 min; the long case's a alone took 5 min (238-s
-# cold start); the 8B long case (2026-12-03): a 4.9 min (227-s cold start), c 1.75 min (seeded cache: 92-s start). Two cases per lease with race budgets of 5-6 (a lease has ~26 min after the bundle calls):
+# cold start); the 8B long case (2026-12-03): a 4.9 min (227-s cold start), c 1.75 min (seeded cache: 92-s start).
+# Seeded cases run only d, whose budget counts its compile starts: 8B long :7 took 7.9 min in the call (206 s
+# compiling), the 1B with CAP_REPLICAS=4 :7 7.7 min (12 engines, 106 s compiling after the 8B had warmed the
+# host's kernel caches); on a fresh host the 1B's first wave took 233 s (lease 8, docs/capture-sizes.md).
+# Two cases per lease with race budgets of 5-6 (a lease has ~26 min after the bundle calls):
 #   GM_SITE=/tmp/site-0.33 CAP_TAG=cap-h200 bench/gpu/capture_chain.sh 540 qwen2.5-0.5b:long:6 llama-3.2-1b:loads:5
 # then call it again with the same arguments every <= 10 minutes until "chain finished".
 #
