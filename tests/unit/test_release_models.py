@@ -49,3 +49,20 @@ def test_without_a_release_the_model_with_most_rows_answers_and_says_there_is_a_
     entry, match = select_model(MODELS, target=None)
     assert _release(entry.model_id) == "0.24.0"
     assert any("2 models exist" in w for w in match.warnings)
+
+
+def test_every_bundled_models_datasets_are_the_ones_it_was_trained_on() -> None:
+    """A committed dataset that gained rows (a lease's race appended to a capture dataset) without the model
+    being retrained makes every capture answer lose its costs ("changed since the model was trained"): session
+    22 appended races to two capture datasets and caught it only by hand."""
+    from graphmode.selector.card import ModelCard
+
+    checked = 0
+    for entry in list_models(MODELS):
+        if entry.card is None:
+            continue
+        folder = MODELS / entry.model_id
+        for src in ModelCard.load(folder).dataset.cost_sources():
+            assert src.resolve(folder).is_file()  # DatasetError names the file when its sha256 differs
+            checked += 1
+    assert checked >= 4
