@@ -46,6 +46,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from graphmode.core.records import StartupInfo, StepSizes
+from graphmode.selector.capture_evidence import CaptureEvidence
 
 __all__ = [
     "ALWAYS_KEEP",
@@ -286,6 +287,9 @@ class CaptureAnswer(BaseModel):
         "rounded up to multiples of 1 + k); None without it")
     excluded_modes: dict[str, str] = Field(
         default_factory=dict, description="modes vLLM would downgrade for this deployment, and why")
+    evidence: CaptureEvidence | None = Field(
+        None, description="the raced list most like this one, for this shape on the model's GPU, and what its "
+        "race measured against vLLM's default list (None: no such race in the model's datasets)")
     notes: list[str] = Field(default_factory=list)
 
     def compilation_config(self) -> dict[str, Any]:

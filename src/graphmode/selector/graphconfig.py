@@ -81,6 +81,8 @@ def complete(rec: Recommendation, *, step_sizes: StepSizes | None = None, vllm_a
             max_num_batched_tokens=int_flag(vllm_args, "--max-num-batched-tokens"), budget=budget, costs=costs,
             kv_bytes_per_token=kv)
         capture.excluded_modes = blocked
+        if model_folder is not None:
+            _add_evidence(capture, model_folder, served_config)
         if dep.speculative_k and mode in {"FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"}:
             _spec_decode_note(capture, dep.speculative_k + 1)
     cc = json.loads(rec.compilation_config) if rec.compilation_config else {}
@@ -93,6 +95,20 @@ def complete(rec: Recommendation, *, step_sizes: StepSizes | None = None, vllm_a
         "notes": notes, "capture": capture, "ties": ties, "predictions": predictions,
     })
 
+
+
+def _add_evidence(capture: CaptureAnswer, folder: Path, served_config: Mapping[str, Any] | None) -> None:
+    """What a race measured for a list like the chosen one (capture_evidence), as a field and a note."""
+    from graphmode.selector.capture_evidence import evidence_for
+
+    try:
+        ev = evidence_for(folder, capture.sizes, served_config)
+    except (DatasetError, ModelError, OSError) as exc:
+        capture.notes.append(f"raced capture lists unavailable ({exc})")
+        return
+    if ev is not None:
+        capture.evidence = ev
+        capture.notes.append(ev.note())
 
 
 def _spec_decode_note(capture: CaptureAnswer, query_len: int) -> None:

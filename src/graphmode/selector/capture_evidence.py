@@ -1,0 +1,181 @@
+"""What races of capture lists measured on this GPU: the latency side of a capture answer.
+
+The chooser predicts what a list saves at start-up (capture seconds, graph GiB, KV cache tokens) and how many
+steps replay a graph; it predicts nothing about latency, and on the H200 the races of such lists against
+vLLM's default mostly could not tell (docs/capture-sizes.md: at 2 req/s the 8B's 7-size list read TPOT 0.993x
+[0.966-1.020]; the 1B's paired rounds scattered by 12-22%, its engine core at a full core at 32 req/s). So an
+answer names the raced list most like the chosen one, for the deployment's shape, with its verdict per raced
+workload, rather than letting the savings imply that latency is unchanged.
+
+Read from the model's datasets (its capture datasets hold the capture chain's races): race rows of arms with
+``race_capture_sizes``, paired with their race's default arm; verdicts by the race's own rule
+(:func:`graphmode.profiling.race_rounds.arm_verdicts`: paired per-round log ratios, t interval over start
+blocks, TOST at delta). A raced list counts when it shares at least :data:`MIN_SIMILARITY` of the union of
+sizes with the chosen one (Jaccard).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from graphmode.profiling.race_rounds import DEFAULT_ARM, arm_verdicts, table_from_rows
+from graphmode.profiling.sequential import SequentialRule
+
+# Half the union shared: a 6-size low-load list and a 7-size one share 4-5 sizes; a 32-size high-load list
+# and a 6-size one share 4 of 34 and say nothing about each other.
+MIN_SIMILARITY = 0.5
+EVIDENCE_METRICS = ("itl_p50", "tpot_p50", "ttft_p50")
+
+
+class WorkloadVerdict(BaseModel):
+    workload: str
+    rate: float | None = Field(None, description="the default's observed arrival rate in that race's cells, req/s")
+    metric: str
+    verdict: str
+    ratio: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+    n: int = 0
+
+
+class CaptureEvidence(BaseModel):
+    """A raced list like the chosen one, and what its race measured against vLLM's default list."""
+
+    race: str
+    mode: str = Field(description="the mode both lists ran in")
+    sizes: list[int]
+    similarity: float = Field(description="Jaccard similarity of the raced and the chosen list")
+    verdicts: list[WorkloadVerdict]
+
+    def note(self) -> str:
+        """One line: per raced workload, each metric's ratio, interval and verdict."""
+        def one(v: WorkloadVerdict) -> str:
+            ci = f" [{v.lo:.2f}-{v.hi:.2f}]" if v.lo is not None and v.hi is not None else ""
+            ratio = f"{v.ratio:.3f}x{ci}" if v.ratio is not None else "no ratio"
+            return f"{v.metric} {ratio} {v.verdict}"
+
+        by_workload: dict[str, list[WorkloadVerdict]] = defaultdict(list)
+        for v in self.verdicts:
+            by_workload[v.workload].append(v)
+        parts = []
+        for w, vs in by_workload.items():
+            at = f"{vs[0].rate:.3g} req/s" if vs[0].rate is not None else w
+            parts.append(f"at {at}, {max(v.n for v in vs)} rounds: " + ", ".join(one(v) for v in vs))
+        shown = ", ".join(map(str, self.sizes)) if len(self.sizes) <= 12 else (
+            f"{len(self.sizes)} sizes up to {self.sizes[-1]}")
+        head = (f"latency, raced on this GPU for a list like this one ([{shown}], similarity "
+                f"{self.similarity:.2f}, {self.mode}) against vLLM's default list: ")
+        tail = ""
+        if self.verdicts and all(v.verdict == "undecided" for v in self.verdicts):
+            tail = ". No latency effect shown either way: the start-up savings are the measured gain"
+        return head + "; ".join(parts) + tail
+
+
+def jaccard(a: Sequence[int], b: Sequence[int]) -> float:
+    sa, sb = set(a), set(b)
+    return len(sa & sb) / len(sa | sb) if sa | sb else 0.0
+
+
+def capture_evidence(paths: Sequence[Path | str], chosen: Sequence[int], *, model_config_hash: str | None = None,
+                     num_params_b: float | None = None, rule: SequentialRule | None = None,
+                     metrics: Sequence[str] = EVIDENCE_METRICS) -> CaptureEvidence | None:
+    """The raced list most like *chosen* in the datasets at *paths* (the deployment's shape by config hash,
+    else the nearest in parameters), with its verdicts; None when no raced list is similar enough."""
+    versions = tuple((str(p), os.stat(p).st_mtime_ns, os.stat(p).st_size) for p in paths)
+    # two starts a side before "better" or "equivalent", as the selector asks of mode races
+    arms = _raced_arms(versions, model_config_hash, num_params_b, rule or SequentialRule(min_starts=2),
+                       tuple(metrics))
+    ranked = [(jaccard(ev.sizes, chosen), max((v.n for v in ev.verdicts), default=0), i) for i, ev in enumerate(arms)]
+    ranked = [r for r in ranked if r[0] >= MIN_SIMILARITY]
+    if not ranked:
+        return None
+    sim, _, i = max(ranked, key=lambda r: (r[0], r[1], -r[2]))  # most alike, then most rounds
+    return arms[i].model_copy(update={"similarity": round(sim, 3)})
+
+
+@functools.lru_cache(maxsize=16)
+def _raced_arms(versions: tuple[tuple[str, int, int], ...], model_config_hash: str | None, num_params_b: float | None,
+                rule: SequentialRule, metrics: tuple[str, ...]) -> tuple[CaptureEvidence, ...]:
+    from graphmode.core.dataset import ProfileStore
+
+    races: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for path, _mtime_ns, _size in versions:
+        with ProfileStore(path, readonly=True) as store:
+            for r in store.rows(status="ok"):
+                if r.get("race_id"):
+                    races[f"{Path(path).name}:{r['race_id']}"].append(r)
+    sized = {k: rows for k, rows in races.items() if any(r.get("race_capture_sizes") for r in rows)}
+    if not sized:
+        return ()
+    shapes = {r.get("fp_model_config_hash") for rows in sized.values() for r in rows}
+    pick: Any = None
+    if model_config_hash in shapes:
+        pick = model_config_hash
+    elif num_params_b is not None:
+        near = [(abs(float(r["fp_num_params_b"]) - num_params_b), str(r.get("fp_model_config_hash")))
+                for rows in sized.values() for r in rows if isinstance(r.get("fp_num_params_b"), int | float)]
+        pick = min(near)[1] if near else None
+    out: list[CaptureEvidence] = []
+    for key, rows in sorted(sized.items()):
+        if pick is not None and rows[0].get("fp_model_config_hash") != pick:
+            continue
+        table = table_from_rows(rows, metrics)
+        defaults = [r for r in rows if r.get("race_arm") == DEFAULT_ARM]
+        names = {str(r["workload"]) for r in rows}
+        rates = {w: _mean(r.get("obs_arrival_rate") for r in defaults if r["workload"] == w) for w in names}
+        workloads = sorted(names, key=lambda w: (rates[w] is None, rates[w] or 0.0, w))  # slowest load first
+        lists = {str(r["race_arm"]): _sizes(r.get("race_capture_sizes")) for r in rows if r.get("race_capture_sizes")}
+        for arm, sizes in sorted(lists.items()):
+            if not sizes:
+                continue
+            v = arm_verdicts(table, arm, metrics, rule, workloads)
+            verdicts = [WorkloadVerdict(workload=w, rate=rates[w], metric=m, verdict=str(d.verdict),
+                                        ratio=_round(d.ratio), lo=_round(d.lo), hi=_round(d.hi), n=d.n)
+                        for w in workloads for m in metrics
+                        if (d := v.by_workload.get((m, w))) is not None and d.n > 0]
+            if verdicts:
+                mode = str(rows[0].get("race_requested_mode") or rows[0].get("mode") or "FULL_AND_PIECEWISE")
+                out.append(CaptureEvidence(race=key, mode=mode, sizes=sizes, similarity=0.0, verdicts=verdicts))
+    return tuple(out)
+
+
+def _sizes(raw: Any) -> list[int] | None:
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, int) for v in value):
+        return None
+    return sorted(value)
+
+
+def _mean(values: Any) -> float | None:
+    got = [float(v) for v in values if isinstance(v, int | float)]
+    return round(sum(got) / len(got), 3) if got else None
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 4)
+
+
+def evidence_for(folder: Path, chosen: Sequence[int],
+                 served_config: Mapping[str, Any] | None) -> CaptureEvidence | None:
+    """:func:`capture_evidence` over a model folder's datasets (its card's cost sources)."""
+    from graphmode.core.fingerprint import shape_of_config
+    from graphmode.selector.card import ModelCard
+
+    shape = shape_of_config(dict(served_config)) if served_config else {}
+    paths = [src.resolve(folder) for src in ModelCard.load(folder).dataset.cost_sources()]
+    return capture_evidence(paths, chosen, model_config_hash=shape.get("model_config_hash"),
+                            num_params_b=shape.get("num_params_b"))
+
+
+__all__ = ["MIN_SIMILARITY", "CaptureEvidence", "WorkloadVerdict", "capture_evidence", "evidence_for", "jaccard"]

@@ -1,0 +1,54 @@
+"""What races of capture lists measured, attached to a capture answer (selector/capture_evidence.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from graphmode.core.dataset import ProfileStore
+from graphmode.selector.capture_evidence import MIN_SIMILARITY, capture_evidence, evidence_for, jaccard
+from tests.unit.test_capture_table import LOW, write_dataset
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL_033 = ROOT / "models" / "nvidia-h200-vllm0.33.0-3375a87d3889"
+
+
+def test_the_raced_list_like_the_chosen_one_brings_its_verdicts(tmp_path: Path) -> None:
+    ds = tmp_path / "cap.sqlite"
+    write_dataset(ds)  # the short list: equivalent at low load, 1.5x ITL at high load, two starts a side
+    ev = capture_evidence([ds], LOW)
+    assert ev is not None and ev.sizes == sorted(LOW) and ev.similarity == 1.0
+    assert ev.mode == "FULL_AND_PIECEWISE" and ev.race.endswith(":race-synth")
+    itl = {v.workload: v for v in ev.verdicts if v.metric == "itl_p50"}
+    assert itl["cap-low-r2"].verdict == "equivalent" and itl["cap-high-r32"].verdict == "worse"
+    assert itl["cap-high-r32"].ratio is not None and 1.45 < itl["cap-high-r32"].ratio < 1.55
+    note = ev.note()
+    assert "itl_p50 1.5" in note and "worse" in note and "equivalent" in note and "No latency effect" not in note
+    # a list sharing under half its union with every raced one: nothing to say
+    assert capture_evidence([ds], [3, 5, 7, 9, 11, 13, 15, 512]) is None
+    near = sorted({*LOW, 1000})
+    assert jaccard(near, LOW) >= MIN_SIMILARITY
+    got = capture_evidence([ds], near)
+    assert got is not None and got.similarity == round(jaccard(near, LOW), 3) < 1.0
+
+
+def test_no_race_of_a_list_is_no_evidence(tmp_path: Path) -> None:
+    ds = tmp_path / "cap.sqlite"
+    write_dataset(ds)
+    with ProfileStore(ds) as store:
+        store._db.execute("DELETE FROM cells WHERE race_id IS NOT NULL")
+    assert capture_evidence([ds], LOW) is None
+
+
+def test_the_bundled_033_model_says_the_1b_short_lists_latency_is_not_shown() -> None:
+    """Lease 8's race (four engines a list, 13 rounds): every verdict open, and the answer says so rather
+    than letting the start-up savings read as 'latency unchanged'."""
+    config = json.loads((ROOT / "models" / "shapes" / "llama-3.2-1b.json").read_text())
+    ev = evidence_for(MODEL_033, [1, 2, 4, 8, 256, 512], config)
+    assert ev is not None and ev.similarity == 1.0 and ev.race.endswith("race-254d1a2f0467")
+    assert {v.workload for v in ev.verdicts} == {"cap-low-r2", "cap-high-r32"}
+    assert all(v.verdict == "undecided" for v in ev.verdicts)
+    assert next(v.n for v in ev.verdicts if v.workload == "cap-low-r2") == 7
+    note = ev.note()
+    assert note.index("at 2.29 req/s") < note.index("at 31.9 req/s")  # slowest load first
+    assert "No latency effect shown either way" in note
