@@ -89,3 +89,28 @@ def test_bench_script_reads_no_race_cells_unless_asked(tmp_path: Path, capsys: p
     assert json.loads(capsys.readouterr().out)[0]["compilation_config"]["max_cudagraph_capture_size"] == 16
     assert mod.main([str(ds), "--json", "--workload", "w0", "--include-race"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["compilation_config"]["max_cudagraph_capture_size"] == 64
+
+
+def test_a_raced_list_like_the_chosen_one_is_noted_with_its_verdicts(tmp_path: Path) -> None:
+    ds = _dataset(tmp_path / "p.sqlite")
+    (before,), _ = shape_steps([ds])
+    assert before.answer.evidence is None
+    chosen = before.answer.sizes
+    fp = Fingerprint(gpu_name="NVIDIA H200", vllm_version="0.24.0", model_architecture="LlamaForCausalLM",
+                     num_params_b=8.03, model_config_hash="abc")
+    with ProfileStore(ds) as store:  # the chosen list raced against the default: 12 rounds, three starts a side
+        for rnd in range(12):
+            arm_itl = 0.0042 * (1.001, 0.999)[rnd % 2]
+            for arm, sizes, itl in (("FULL_AND_PIECEWISE", None, 0.0042), ("low", chosen, arm_itl)):
+                race = RaceInfo(id="race-x", round=rnd, arm=arm, requested_mode="FULL_AND_PIECEWISE",
+                                start_id=f"{arm}:{1 + rnd // 4}", capture_sizes=sizes)
+                rec = record(mode="FULL_AND_PIECEWISE", workload="w0", repeat=rnd, fingerprint=fp, race=race)
+                store.append(rec.model_copy(update={"latency": rec.latency.model_copy(update={"itl_p50": itl})}),
+                             f"r{rnd}{arm}")
+    (after,), missing = shape_steps([ds])
+    assert missing == 24 and after.answer.sizes == chosen  # race rows hold no step sizes: the list is the same
+    ev = after.answer.evidence
+    assert ev is not None and ev.similarity == 1.0 and ev.sizes == sorted(chosen)
+    itl = next(v for v in ev.verdicts if v.metric == "itl_p50")
+    assert itl.verdict == "equivalent" and 8 <= itl.n <= 12
+    assert "latency, raced on this GPU for a list like this one" in section([ds])

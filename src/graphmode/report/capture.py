@@ -3,8 +3,9 @@
 Each profiled cell records the step-size histogram of its window (``step_sizes``, see
 :mod:`graphmode.profiling.features`). Per shape the cells' histograms are summed (step sizes follow the
 traffic, not the mode) and :func:`graphmode.selector.capture.choose_capture_sizes` picks the sizes for vLLM's
-default mode, priced by that shape's measured engine starts. Rows from before step sizes were recorded give
-a note instead of a figure.
+default mode, priced by that shape's measured engine starts; where the dataset raced a list like the chosen
+one, a note gives that race's verdicts. Rows from before step sizes were recorded give a note instead of a
+figure.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from graphmode.core.dataset import ProfileStore, step_sizes_of
 from graphmode.core.records import StepSizes
 from graphmode.selector.capture import CaptureAnswer, choose_capture_sizes, costs_from_dataset
+from graphmode.selector.capture_evidence import capture_evidence
 
 DEFAULT_MODE = "FULL_AND_PIECEWISE"
 
@@ -80,6 +82,10 @@ def shape_steps(datasets: Sequence[Path]) -> tuple[list[ShapeSteps], int]:
                 continue
             costs = costs_from_dataset(path, model_config_hash=chash)
             answer = choose_capture_sizes(total, mode=DEFAULT_MODE, costs=costs)
+            # what the dataset's races of capture lists measured for a list like this one, if any
+            answer.evidence = capture_evidence([path], answer.sizes, model_config_hash=chash)
+            if answer.evidence is not None:
+                answer.notes.append(answer.evidence.note())
             out.append(ShapeSteps(label, path, chash, total, len(items), answer))
     return out, missing
 
