@@ -1,4 +1,4 @@
-"""Resident replicas (``replicas``): R engines of every arm side by side, round k on replica k mod R.
+"""Resident replicas (``replicas``): R engines of every arm side by side, round k on replica_slot mod R.
 
 Against ``tests/support/fake_vllm.py`` servers, like ``test_race_fake.py``: NONE is ~1.8× slower than the
 default on ITL p50, so it is called "worse" once three rounds give three disjoint start blocks.
@@ -6,6 +6,7 @@ default on ITL p50, so it is called "worse" once three rounds give three disjoin
 
 from __future__ import annotations
 
+import math
 import sys
 from collections import defaultdict
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import pytest
 from graphmode.core.dataset import ProfileStore
 from graphmode.core.errors import ConfigError
 from graphmode.core.modes import CudaGraphMode
-from graphmode.profiling.race import Racer, race_key
+from graphmode.profiling.race import Racer, race_key, replica_slot
 from graphmode.profiling.race_rounds import DEFAULT_ARM
 from tests.unit.test_race_compile import COLD, COLD_S, Events
 from tests.unit.test_race_fake import race_config
@@ -35,8 +36,8 @@ def _replica(start_id: str) -> int:
     return int(start_id.rsplit(":", 1)[1]) - 1  # replica r's start is start r + 1 of its session
 
 
-def test_three_replicas_round_k_uses_replica_k_mod_3_in_disjoint_blocks(tmp_path: Path,
-                                                                        store: ProfileStore) -> None:
+def test_three_replicas_a_workloads_round_k_uses_replica_k_mod_3_in_disjoint_blocks(tmp_path: Path,
+                                                                                     store: ProfileStore) -> None:
     config = race_config(tmp_path, [CudaGraphMode.NONE, CudaGraphMode.FULL], replicas=3, max_rounds=6,
                          warm_compile=False)
     racer = Racer(config, store)
@@ -57,7 +58,8 @@ def test_three_replicas_round_k_uses_replica_k_mod_3_in_disjoint_blocks(tmp_path
     for r in rows:
         ids[r["race_arm"]].add(r["race_start_id"])
         by_round[r["race_round"]][r["race_arm"]] = r["race_start_id"]
-        assert _replica(r["race_start_id"]) == r["race_round"] % 3, r  # round k measures replica k mod 3
+        # two workloads in turn, R = 3 (coprime): round k measures replica k mod 3
+        assert _replica(r["race_start_id"]) == r["race_round"] % 3, r
         # every resident replica counts, not one per arm: 9, or 6 once NONE is decided and its replicas stopped
         assert r["race_live_engines"] in (6, 9) and (r["race_round"] > 0 or r["race_live_engines"] == 9), r
     for arm in (DEFAULT_ARM, "NONE", "FULL"):
@@ -153,3 +155,36 @@ def test_cli_replicas_dry_run_and_bad_starts(tmp_path: Path) -> None:
     assert "3 replicas per arm, 6 engines resident (2 arms × 3 × KV 4G)" in ok.output
     bad = CliRunner().invoke(app, [*base, "--dry-run", "--replicas", "3", "--starts", "2", *model])
     assert bad.exit_code == 2 and "--starts 2 with --replicas 3" in bad.output and "Traceback" not in bad.output
+
+
+@pytest.mark.parametrize(("workloads", "replicas"), [(2, 4), (2, 3), (1, 4), (3, 6), (4, 2)])
+def test_every_workload_meets_every_replica_and_rounds_in_turn_meet_consecutive_ones(workloads: int,
+                                                                                     replicas: int) -> None:
+    order = [f"w{i}" for i in range(workloads)]
+    counts: dict[str, int] = defaultdict(int)
+    slots: list[int] = []
+    seen: dict[str, list[int]] = defaultdict(list)
+    for k in range(workloads * replicas * 2):
+        w = order[k % workloads]
+        slot = replica_slot(order, counts, w, replicas) % replicas
+        counts[w] += 1
+        slots.append(slot)
+        seen[w].append(slot)
+    for w in order:  # within R of its rounds, each workload has met every replica
+        assert set(seen[w][:replicas]) == set(range(replicas)), (w, seen[w])
+    # the first min(W, R) rounds in turn measure different replicas (that many start blocks at once)
+    first = slots[:min(workloads, replicas)]
+    assert len(set(first)) == len(first), slots
+    # round-robin with W and R coprime is the plain round k mod R
+    if math.gcd(workloads, replicas) == 1:
+        assert slots == [k % replicas for k in range(len(slots))]
+
+
+def test_an_irregular_order_still_cycles_each_workloads_replicas() -> None:
+    """One workload decided early: the other takes every round, and still meets every replica in turn."""
+    order, counts = ["a", "b"], {"a": 1}
+    got = []
+    for _ in range(4):
+        got.append(replica_slot(order, counts, "b", 4) % 4)
+        counts["b"] = counts.get("b", 0) + 1
+    assert sorted(got) == [0, 1, 2, 3], got

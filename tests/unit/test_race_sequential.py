@@ -213,3 +213,35 @@ def test_an_arm_worse_on_one_metric_and_not_better_on_the_others_is_settled() ->
         even.add(DEFAULT_ARM, rnd, "w", {"itl_p50": 0.002}, start="d1")
         even.add("FULL", rnd, "w", {"itl_p50": 0.002 * (1.1 if rnd % 2 else 0.95)}, start="f1")
     assert not arm_verdicts(even, "FULL", ["itl_p50"], rule).settled(["itl_p50"], rule.delta)
+
+
+def test_an_open_verdict_says_how_many_rounds_would_settle_it() -> None:
+    from graphmode.profiling.sequential import needed_to_decide
+
+    ys = [0.1, -0.12, 0.05, -0.03, 0.14, -0.11, 0.02, -0.04]  # sd ~0.09 of the paired ln ratio, mean ~0
+    d = decide(ys, SequentialRule())
+    assert d.verdict == "undecided" and not d.over_starts
+    plan = needed_to_decide(d)
+    assert plan is not None and "rounds in all would read equivalent" in plan
+    n = int(plan.split("about ")[1].split(" ")[0])
+    sd = float(np.std(ys, ddof=1))
+    gap = math.log1p(0.03) - abs(float(np.mean(ys)))
+    exact = next(k for k in range(2, 100_000) if stats.t.ppf(0.975, k - 1) * sd / math.sqrt(k) <= gap)
+    assert exact <= n <= exact * 1.1 + 1, (n, exact)  # the search steps by 10%
+    # far past 1+δ and noisy: "worse" is the boundary in reach
+    wide = decide([0.3, 0.05, 0.6, -0.1], SequentialRule(start_margin=0.5))
+    assert wide.verdict == "undecided" and "would read worse" in (needed_to_decide(wide) or "")
+    # decided verdicts and too few rounds need no plan
+    assert needed_to_decide(decide([0.0, 0.001, -0.001, 0.0005], SequentialRule())) is None
+    assert needed_to_decide(decide([0.01], SequentialRule())) is None
+
+
+def test_over_start_blocks_the_plan_counts_blocks() -> None:
+    from graphmode.profiling.sequential import needed_to_decide
+
+    blocks = [("a1", "d1"), ("a2", "d2"), ("a3", "d3")] * 3
+    ys = [0.02, -0.05, 0.06, 0.03, -0.04, 0.05, 0.01, -0.06, 0.07]
+    d = decide(ys, SequentialRule(min_starts=2), blocks)
+    assert d.over_starts and d.blocks == 3 and d.verdict == "undecided", d
+    plan = needed_to_decide(d, SequentialRule(min_starts=2))
+    assert plan is not None and "start blocks in all" in plan and "per start block" in plan

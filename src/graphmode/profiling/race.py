@@ -86,12 +86,15 @@ Resident replicas (``replicas``, default 1)
     one overlapped wave: replica r of arm i on ``port + r * arms + i`` (replica 0 keeps the ports of R = 1),
     start id ``RUN_ID:ARM:r+1``, its own compile cache (``log_dir/vllm-cache-rR/ARM`` for r > 0). The compile
     start compiles replica 0 only and copies its cache into the others (``shutil.copytree``) before the
-    measured wave: no two engines write one cache, none compiles cold. Round k measures replica k mod R of
-    every live arm (else its next live one), one cell per arm in the usual shuffled order, so the blocks are
-    the diagonal pairs (A_r, D_r): disjoint, design effect 1, the sequential rule unchanged, with
-    ``min_starts`` 2. No restart waves (``starts`` must be 1 or R). A replica whose engine dies is failed
-    (a row with vLLM's root cause) and the arm goes on with the others; the arm fails when all have. A
-    decided arm stops all its replicas. ``replicas`` enters the race key only when R > 1.
+    measured wave: no two engines write one cache, none compiles cold. A round measures replica
+    :func:`replica_slot` mod R of every live arm (else its next live one), one cell per arm in the usual
+    shuffled order, so the blocks are the diagonal pairs (A_r, D_r): disjoint, design effect 1, the
+    sequential rule unchanged, with ``min_starts`` 2. The slot cycles per workload too: with two workloads in
+    turn and R = 4, round k mod R gave each workload only two of the four replicas (lease 8's 1B race: every
+    per-workload verdict had two start blocks, too few for an interval over starts). No restart waves
+    (``starts`` must be 1 or R). A replica whose engine dies is failed (a row with vLLM's root cause) and the
+    arm goes on with the others; the arm fails when all have. A decided arm stops all its replicas.
+    ``replicas`` enters the race key only when R > 1.
 
 Capture-size arms (``sizes_arms``, issue 14)
     A challenger may be the default mode with a given ``cudagraph_capture_sizes`` list instead of another
@@ -119,12 +122,13 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -151,7 +155,7 @@ from graphmode.profiling.race_rounds import (
 )
 from graphmode.profiling.race_sizes import SizesArm, check_sizes_arms, sizes_arm_args
 from graphmode.profiling.runner import DEFAULT_VOCAB, ProfileConfig, Profiler, _served_model, _wait_idle
-from graphmode.profiling.sequential import SequentialRule
+from graphmode.profiling.sequential import SequentialRule, needed_to_decide
 from graphmode.vllm_args import without_flags
 
 ArmState = Literal["pending", "live", "decided", "failed", "stopped"]
@@ -345,6 +349,22 @@ def race_vllm_args(args: list[str], kv_cache_memory_bytes: str | None, gpu_memor
             "--gpu-memory-utilization", f"{gpu_memory_utilization:g}"]
 
 
+def replica_slot(order: Sequence[str], rounds: Mapping[str, int], workload: str, replicas: int) -> int:
+    """Which replica a round of *workload* measures (mod R): its place ``v = c · W + i`` in a round-robin
+    over the W workloads of *order* (``c`` its rounds so far, ``i`` its index), plus one per ``lcm(W, R)``
+    when W and R share a factor (coprime, ``v mod R`` already cycles every workload through every replica).
+    In turn, consecutive rounds meet consecutive replicas (three rounds, three start blocks), and every
+    workload meets every replica within R of its rounds: ``v mod R`` alone gave a workload only the replicas
+    of its residue class when W and R share a factor (lease 8, two workloads and R = 4: two of four).
+    """
+    w = max(len(order), 1)
+    r = max(replicas, 1)
+    i = order.index(workload) if workload in order else 0
+    v = rounds.get(workload, 0) * w + i
+    g = math.gcd(w, r)
+    return v if g == 1 else v + v // (w * r // g)
+
+
 class Racer:
     def __init__(self, config: RaceConfig, store: ProfileStore, reporter: RaceReporter | None = None) -> None:
         self.config = config
@@ -414,7 +434,8 @@ class Racer:
         return next((e.failure for e in engines if e.failure), "failed")
 
     def pick(self, arm: Arm, round_: int) -> Arm | None:
-        """The replica of *arm* that measures round *round_*: replica ``round_ mod R``, else the next live one."""
+        """The replica of *arm* for a workload's round number *round_*: replica ``round_ mod R``, else the next
+        live one."""
         engines = self.replicas[arm.name]
         for k in range(len(engines)):
             e = engines[(round_ + k) % len(engines)]
@@ -712,15 +733,17 @@ class Racer:
             self.next_round += 1
             arms = [default, *live]
             random.Random(f"{self.key}:{round_}").shuffle(arms)
-            # one engine per arm: replica round mod R, so replica r of every arm meets replica r of the default
-            order = [e for a in arms if (e := self.pick(a, round_)) is not None]
+            # one engine per arm, replica r of every arm meeting replica r of the default
+            slot = replica_slot([w.name for w in self.order], self.table.rounds_per_workload(), workload.name,
+                                len(self.replicas[default.name]))
+            order = [e for a in arms if (e := self.pick(a, slot)) is not None]
             resident = sum(1 for e in self.engines if e.state == "live")
             self.reporter.round_starting(round_, workload, order)
             idle_gpu = self._idle_gpu_util()
             round_t0 = time.time()
             for pos, arm in enumerate(arms):
                 while self.arm_state(default) == "live":  # else nothing left to pair with this round
-                    engine = self.pick(arm, round_)
+                    engine = self.pick(arm, slot)
                     if engine is None or self._cell(engine, pos, resident, workload, round_, round_t0, idle_gpu,
                                                     vocab, t0, summary):
                         break
@@ -889,5 +912,8 @@ class Racer:
                     why += f"; arm stopped: worse on {lost} and not better here"
                 elif stop_reason:
                     why += f"; race stopped: {stop_reason}"
+                    plan = needed_to_decide(d, self.config.rule)
+                    if plan:
+                        why += f"; {plan}"
                 out.setdefault(arm.name, {})[metric] = why
         return out
