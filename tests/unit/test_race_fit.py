@@ -38,14 +38,15 @@ def test_what_fits_and_what_does_not() -> None:
     assert fit_problem(5, args, 141.0, "4G", None, "fewer modes") is None  # 5 × ~25 GiB
     problem = fit_problem(8, args, 141.0, "4G", None, "fewer modes or fewer replicas")
     assert problem is not None and f"{int(141 // per_engine)} fit" in problem and "fewer replicas" in problem
-    assert "no GiB of KV cache" in problem  # 8 × 8B weights and overhead alone: 168 GiB
-    five = fit_problem(5, args, 141.0, "8G", None, "x")  # 141 / 5 - 15.0 - 6 = 7.2
-    assert five is not None and "at most 7G of KV cache" in five
-    assert fit_problem(5, args, 141.0, "7G", None, "x") is None  # the advice fits
-    # the 1B of lease 8: 12 engines at 4G refused, 3G named (and fits)
+    assert "no GiB of KV cache" in problem  # 8 × 8B weights and overhead alone: 152 GiB
+    six = fit_problem(6, args, 141.0, "5G", None, "x")  # 141 / 6 - 15.0 - 4 = 4.5
+    assert six is not None and "at most 4G of KV cache" in six
+    assert fit_problem(6, args, 141.0, "4G", None, "x") is None  # the advice fits
+    # the 1B of lease 8: twelve engines at 4G fit now (they used ~7 GiB each at 3G), at 6G they do not
     small = ["--model", str(LLAMA_8B.with_name("llama-3.2-1b.json"))]
-    refused = fit_problem(12, small, 140.4, "4G", None, "x")
-    assert refused is not None and "at most 3G of KV cache" in refused
+    assert fit_problem(12, small, 140.4, "4G", None, "x") is None
+    refused = fit_problem(12, small, 140.4, "6G", None, "x")
+    assert refused is not None and "at most 5G of KV cache" in refused
     # nothing known, nothing refused: no GPU, a hub id, an unreadable KV size
     assert fit_problem(8, args, None, "4G", None, "x") is None
     assert fit_problem(8, ["--model", "meta-llama/Llama-3.1-8B"], 141.0, "4G", None, "x") is None

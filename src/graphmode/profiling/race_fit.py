@@ -5,8 +5,12 @@ engines to allocate fail at start-up with CUDA out-of-memory or a negative KV ca
 a clear refusal up front, naming how many would fit, costs nothing. The estimate per engine is the
 weights (parameters from config.json × bytes per parameter: 1 for FP8 checkpoints or ``--quantization
 fp8``, else 2), the KV cache the race gives each engine (``--kv-cache-memory-bytes``), and an overhead
-for the CUDA context, activations and graphs (6 GiB, what the configuration campaign budgets: graph pools
-measured 0.17–0.98 GiB and the context ~0.5 GiB on the H200). With ``--gpu-memory-utilization`` shares
+for the CUDA context, activations and graphs: 4 GiB. Measured per engine by NVML in race cells on the H200
+(``engine_gpu_gib`` less weights and KV cache, vLLM 0.33, 2026-12-03): 1.69 GiB (Llama-3.2-1B, twelve
+engines resident), 1.99 (Llama-3.1-8B, 1024-size list), 1.93 (8B FP8); twice that covers the start-up
+peak, when engines that start side by side run their dummy forward at the full token budget together.
+It was 6 GiB until then, which refused twelve 1B engines at 4 GiB of KV each (148 GiB against 140) that
+would have used ~105. With ``--gpu-memory-utilization`` shares
 instead, the shares must add up to at most 1. Without a GPU (no NVML) or without a readable config.json
 there is nothing to check.
 """
@@ -23,7 +27,7 @@ from typing import Any
 from graphmode.core.errors import ConfigError
 from graphmode.core.fingerprint import estimate_params
 
-ENGINE_OVERHEAD_GIB = 6.0
+ENGINE_OVERHEAD_GIB = 4.0
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B?)?\s*$", re.IGNORECASE)
 
 
