@@ -210,3 +210,29 @@ def test_a_real_ngram_start_runs_the_mode_asked(mode: str, counts: dict[str, int
     assert st.graph_counts == counts
     spec = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
     assert resolve(mode, deployment_of(["--speculative-config", spec], None, {})) == (mode, [])
+
+
+def test_start_logs_parse_alike_from_many_threads_at_once() -> None:
+    """A race's start wave parses every engine's log in its own thread; CPython 3.11's parser is not
+    thread-safe (CI, 2026-12-03: "SystemError: AST constructor recursion depth mismatch" in one of nine),
+    so the literal parse runs under a lock and gives every thread the same answer."""
+    import threading
+
+    text = next(iter(sorted(H200_033.glob("*.log")))).read_text()
+    want = parse_startup_log(text)
+    got: list[object] = []
+    errors: list[BaseException] = []
+
+    def parse() -> None:
+        try:
+            for _ in range(5):
+                got.append(parse_startup_log(text))
+        except BaseException as exc:  # collected for the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=parse) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(got) == 40 and all(g == want for g in got)

@@ -140,6 +140,28 @@ def test_engine_that_cannot_start_fails_with_vllms_reason(tmp_path: Path, store:
     assert {r["race_arm"] for r in store.rows(status="ok")} == {DEFAULT_ARM, "NONE"}
 
 
+def test_an_unexpected_error_while_starting_an_engine_fails_that_arm(tmp_path: Path, store: ProfileStore,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not vLLM's refusal but graphmode's own error in the start thread (CI, 2026-12-03: the log parser's
+    SystemError from CPython 3.11's non-thread-safe AST): the arm fails with it, instead of staying neither
+    live nor failed while the race went on without a word."""
+    from graphmode.profiling import engine as engine_mod
+
+    real = engine_mod.VllmServer.startup_info
+
+    def flaky(self: engine_mod.VllmServer) -> object:
+        if self.mode is CudaGraphMode.FULL:
+            raise SystemError("AST constructor recursion depth mismatch (before=30, after=27)")
+        return real(self)
+
+    monkeypatch.setattr(engine_mod.VllmServer, "startup_info", flaky)
+    config = race_config(tmp_path, [CudaGraphMode.NONE, CudaGraphMode.FULL], max_rounds=3)
+    summary = Racer(config, store).run()
+    assert summary.arm_states["FULL"] == "failed", summary.arm_states
+    assert "graphmode failed while starting it: SystemError" in summary.failures["FULL"]
+    assert summary.rounds_run == 3 and {r["race_arm"] for r in store.rows(status="ok")} == {DEFAULT_ARM, "NONE"}
+
+
 def test_cli_race_dry_run_and_bad_flags(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

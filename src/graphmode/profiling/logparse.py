@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -230,10 +231,17 @@ def _mode_set_by(line: str) -> str | None:
     return None
 
 
+# CPython 3.11's parser is not thread-safe: a race's start wave parses every engine's log in its own thread,
+# and two at once raised "SystemError: AST constructor recursion depth mismatch" (CI, 2026-12-03), which
+# left that engine neither live nor failed
+_AST_LOCK = threading.Lock()
+
+
 def _literal_dict(text: str) -> dict[str, Any] | None:
     try:
-        value = ast.literal_eval(_ENUM_REPR.sub(lambda m: repr(m.group(1)), text))
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        with _AST_LOCK:
+            value = ast.literal_eval(_ENUM_REPR.sub(lambda m: repr(m.group(1)), text))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, SystemError):
         return None
     if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
         return None

@@ -642,6 +642,14 @@ class Racer:
             except EngineStartError as exc:
                 arm.state, arm.failure = "failed", exc.reason()
                 return
+            except Exception as exc:
+                # anything else raised in this thread would leave the engine neither live nor failed, and the
+                # race would go on one replica short without a word (CI, 2026-12-03: a parser SystemError)
+                with contextlib.suppress(Exception):
+                    arm.server.stop()
+                arm.state = "failed"
+                arm.failure = f"graphmode failed while starting it: {type(exc).__name__}: {exc}"
+                return
             if compile_only:
                 arm.server.stop()  # healthy: its compile cache is written
                 arm.state = "pending"
