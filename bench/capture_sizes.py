@@ -11,7 +11,7 @@ race adds rows (a seeded dataset gave a new list, hence a new race key, on the c
 
     .venv/bin/python bench/capture_sizes.py cap.sqlite [--workload NAME] [--mode FULL_AND_PIECEWISE]
         [--max-num-seqs 256] [--max-num-batched-tokens 8192] [--keep 1,2,4,8 | none] [--graph-long-prefill]
-        [--include-race] [--json]
+        [--max-pad-ratio 1.25 | 0] [--include-race] [--json]
 """
 
 from __future__ import annotations
@@ -25,7 +25,14 @@ from pathlib import Path
 from graphmode.core.dataset import ProfileStore, step_sizes_of
 from graphmode.core.records import StepSizes
 from graphmode.report.capture import add_steps, shape_label
-from graphmode.selector.capture import ALWAYS_KEEP, choose_capture_sizes, costs_from_dataset, parse_keep
+from graphmode.selector.capture import (
+    ALWAYS_KEEP,
+    MAX_PAD_RATIO,
+    check_pad_ratio,
+    choose_capture_sizes,
+    costs_from_dataset,
+    parse_keep,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,12 +48,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--graph-long-prefill", action="store_true",
                     help="let mixed steps above vLLM's default largest size raise the largest size")
     ap.add_argument("--include-race", action="store_true", help="also read race cells' step sizes")
+    ap.add_argument("--max-pad-ratio", type=float, default=MAX_PAD_RATIO,
+                    help=f"the most any step up to the largest size pads, as a factor (default {MAX_PAD_RATIO:g}; "
+                    "0 for no bound)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     try:
         keep = parse_keep(a.keep)
     except ValueError as exc:
         ap.error(f"--keep: {exc}")
+    try:
+        check_pad_ratio(a.max_pad_ratio)
+    except ValueError as exc:
+        ap.error(f"--max-pad-ratio: {exc}")
     out = []
     skipped = 0
     for path in a.datasets:
@@ -75,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             ans = choose_capture_sizes(steps, mode=a.mode, max_num_seqs=a.max_num_seqs,
                                        max_num_batched_tokens=a.max_num_batched_tokens, always_keep=keep,
-                                       graph_long_prefill=a.graph_long_prefill,
+                                       graph_long_prefill=a.graph_long_prefill, max_pad_ratio=a.max_pad_ratio,
                                        costs=costs_from_dataset(path, model_config_hash=chash))
             out.append({"dataset": str(path), "shape": label, "workload": workload,
                         "cells": cells[(label, chash, workload)], "answer": ans.model_dump(mode="json"),

@@ -204,7 +204,8 @@ def _decision(d: Decision) -> str:
     if d.ratio is None:
         return f"{d.verdict} (n={d.n})"
     ci = f" [{d.lo:.3f}–{d.hi:.3f}]" if d.lo is not None and d.hi is not None else ""
-    return f"{d.verdict} {d.ratio:.3f}×{ci} n={d.n}"
+    since = f" (since then {d.since})" if d.since else ""
+    return f"{d.verdict} {d.ratio:.3f}×{ci} n={d.n}{since}"
 
 
 def render(lines: Sequence[Line], markdown: bool) -> str:

@@ -89,8 +89,10 @@ def test_steps_above_any_allowed_size_are_never_graphed() -> None:
     # The top is the bucket's edge (16): a batch of 13..16 the samples missed still replays a graph; 1, 2, 4, 8
     # are kept by default (no step of the window needs them, a quieter hour's will).
     assert mixed.sizes == [1, 2, 4, 8, 12, 16] and mixed.chosen.graphed_share == pytest.approx(0.8)
-    assert any(n.startswith("kept 1, 2, 4, 8 so that small batches") for n in mixed.notes)
-    assert choose_capture_sizes(steps_of({12: 80}, running={12: 30}, above=20.0), always_keep=()).sizes == [12, 16]
+    # (the padding bound alone needs a size of at most 8: the window alone with it starts at 4)
+    assert any(n.startswith("kept 1, 2, 8 so that small batches") for n in mixed.notes)
+    assert choose_capture_sizes(steps_of({12: 80}, running={12: 30}, above=20.0), always_keep=(),
+                                max_pad_ratio=0).sizes == [12, 16]
     assert any("20.0% of steps are above" in n for n in mixed.notes)
 
 
@@ -104,10 +106,13 @@ def test_an_empty_window_keeps_the_default() -> None:
 def test_default_too_short_a_larger_size_is_chosen() -> None:
     # --max-num-seqs 1024: decode batches of 700 run un-graphed under the default list (max 512).
     steps = steps_of({20: 100, 700: 400}, running={20: 10, 700: 40})
-    ans = choose_capture_sizes(steps, max_num_seqs=1024, max_num_batched_tokens=8192)
+    ans = choose_capture_sizes(steps, max_num_seqs=1024, max_num_batched_tokens=8192, max_pad_ratio=0)
     assert ans.default.graphed_share == pytest.approx(0.2) and ans.chosen.graphed_share == 1.0
     assert ans.max_capture_size == 1024 and {20, 700} <= set(ans.sizes)
     assert any("above the default's 512" in n for n in ans.notes)
+    # With the padding bound the top and the graphed share are the same, and 700 is still a size of its own.
+    bounded = choose_capture_sizes(steps, max_num_seqs=1024, max_num_batched_tokens=8192)
+    assert bounded.max_capture_size == 1024 and bounded.chosen.graphed_share == 1.0 and 700 in bounded.sizes
 
 
 def _brute(weights: dict[int, float], cands: list[int], k: int, must: tuple[int, ...] = ()) -> float:
@@ -224,9 +229,11 @@ def test_a_high_load_window_keeps_small_sizes() -> None:
     steps = steps_of({n: 50.0 for n in running} | {1500: 30.0}, running=running)
     costs = h200_costs("llama8b")
     # (graph_long_prefill: the 1500-token mixed steps keep the top at 2048, as the measured list had it)
-    alone = choose_capture_sizes(steps, costs=costs, always_keep=(), graph_long_prefill=True)
+    # (max_pad_ratio 0: the padding bound, tested on its own below, would fill the gap under 63 as well)
+    alone = choose_capture_sizes(steps, costs=costs, always_keep=(), graph_long_prefill=True, max_pad_ratio=0)
     assert min(alone.sizes) >= 63 and not any(n.startswith("kept") for n in alone.notes)
-    ans = choose_capture_sizes(steps, costs=costs, graph_long_prefill=True)  # the default keeps 1, 2, 4, 8
+    ans = choose_capture_sizes(steps, costs=costs, graph_long_prefill=True,
+                               max_pad_ratio=0)  # the default keeps 1, 2, 4, 8
     assert ans.sizes[:4] == [1, 2, 4, 8] and min(ans.sizes[4:]) >= 63 and ans.max_capture_size == 2048
     assert ans.chosen.graphed_share == alone.chosen.graphed_share == 1.0  # kept sizes take no step of the window
     assert any(n.startswith("kept 1, 2, 4, 8 so that small batches replay a graph") and "would pad to 64" in n
@@ -335,3 +342,99 @@ def test_one_lists_costs_predict_no_gib_for_a_larger_top() -> None:
     low = choose_capture_sizes(steps_of({2: 50, 20: 100}, running={2: 10, 20: 10}), costs=costs)
     assert low.chosen.graph_gib is not None and low.graph_gib_saved is not None and low.graph_gib_saved > 0
     assert not any("graph GiB not predicted" in n for n in low.notes)
+
+
+def _max_gap_ok(sizes: list[int], ratio: float, slack: int = 8) -> bool:
+    """Every step up to the top pads by at most ``ratio`` (or ``slack`` tokens), seen in a window or not."""
+    lower = 0
+    for s in sorted(sizes):
+        if s > max(int(ratio * (lower + 1) + 1e-9), lower + slack):
+            return False
+        lower = s
+    return True
+
+
+def _brute_bounded(weights: dict[int, float], cands: list[int], k: int, ratio: float,
+                   must: tuple[int, ...] = ()) -> float:
+    top = max(cands)
+    best = float("inf")
+    for n in range(1, k + 1):
+        for rest in itertools.combinations([c for c in cands if c < top], n - 1):
+            sizes = sorted([*rest, top])
+            if set(must) <= set(sizes) and _max_gap_ok(sizes, ratio):
+                best = min(best, sum(w * (next(s for s in sizes if s >= t) - t) for t, w in weights.items()))
+    return best
+
+
+def test_padding_is_bounded_for_steps_the_window_did_not_see() -> None:
+    # H200, Llama-3.1-8B, 2 req/s: 1-6 running, one long prefill bucket; unbounded, the list jumped 6 -> 256
+    # and 48 running read ITL 1.47x the default list's (2026-12-04).
+    running = {1: 500, 2: 100, 3: 200, 4: 100, 6: 50}
+    steps = steps_of({1: 500.0, 3: 200.0, 4: 100.0, 6: 50.0, 300: 5.0}, running=running)
+    loose = choose_capture_sizes(steps, max_pad_ratio=0)
+    assert not _max_gap_ok(loose.sizes, 1.25)
+    for ratio in (1.25, 1.5, 2.0):
+        ans = choose_capture_sizes(steps, max_pad_ratio=ratio)
+        assert ans.max_capture_size == loose.max_capture_size and _max_gap_ok(ans.sizes, ratio), ratio
+        assert next(s for s in ans.sizes if s >= 48) <= max(int(ratio * 48), 48 + 8)
+        assert any(n.startswith(f"{len(ans.sizes) - len(loose.sizes)} sizes more than the window alone needed")
+                   and f"{ratio:g}x" in n for n in ans.notes), ratio
+        # the bound costs some padding on the window itself, never graphed steps
+        assert ans.chosen.graphed_share == loose.chosen.graphed_share
+    default = choose_capture_sizes(steps)
+    assert _max_gap_ok(default.sizes, 1.25) and len(default.sizes) < len(default.default_sizes)
+    # Every step of size one: the top is 1 and nothing is added.
+    one = choose_capture_sizes(steps_of({1: 100.0}))
+    assert one.sizes == [1] and not any("sizes more than" in n for n in one.notes)
+    # A window already inside the bound gets no note.
+    dense = choose_capture_sizes(steps_of({t: 10.0 for t in range(1, 129)}, running={t: 1 for t in range(1, 129)}),
+                                 padding_tolerance=0.0)
+    assert _max_gap_ok(dense.sizes, 1.25) and not any("sizes more than" in n for n in dense.notes)
+
+
+def test_bounded_dp_is_exact_against_brute_force() -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(4):
+        batch = {int(b): float(rng.integers(1, 50)) for b in rng.choice(np.arange(1, 60), size=6, replace=False)}
+        steps = steps_of(batch, running={b: 1 for b in batch})
+        dist = step_distribution(steps, 8192)
+        seen = {int(t): float(w) for t, w in enumerate(dist.weight) if w > 0}
+        for ratio in (1.5, 2.0):
+            for k in (6, 8):
+                ans = choose_capture_sizes(steps, budget=CaptureBudget(max_sizes=k), padding_tolerance=0.0,
+                                           always_keep=(), max_pad_ratio=ratio)
+                top = ans.max_capture_size
+                cands = sorted({1, 2, 4, *range(8, top + 1, 8), *dist.observed, top})
+                want = _brute_bounded(seen, cands, k, ratio)
+                if want == float("inf"):  # k sizes cannot hold the bound: it is dropped, and the answer says so
+                    assert any("that bound is dropped" in n for n in ans.notes)
+                    continue
+                assert _max_gap_ok(ans.sizes, ratio) and len(ans.sizes) <= k
+                got = sum(w * (next(s for s in ans.sizes if s >= t) - t) for t, w in seen.items())
+                assert got == pytest.approx(want), (ratio, k, ans.sizes)
+
+
+def test_a_budget_too_small_for_the_bound_drops_it_before_kept_sizes() -> None:
+    steps = steps_of({1: 500.0, 3: 200.0, 300: 5.0}, running={1: 500, 3: 200})
+    ans = choose_capture_sizes(steps, budget=CaptureBudget(max_sizes=6))
+    assert len(ans.sizes) <= 6 and ans.sizes[:4] == [1, 2, 4, 8]
+    assert any("that bound is dropped" in n for n in ans.notes)
+    assert not any("dropped (the largest go first)" in n for n in ans.notes)
+    # The budget's max_pad_ratio is what the CLI and API set; 0 turns the bound off.
+    assert choose_capture_sizes(steps, budget=CaptureBudget(max_pad_ratio=0)).sizes == \
+        choose_capture_sizes(steps, max_pad_ratio=0).sizes
+    assert choose_capture_sizes(steps, budget=CaptureBudget(max_pad_ratio=2)).sizes == \
+        choose_capture_sizes(steps, max_pad_ratio=2).sizes
+
+
+def test_bad_pad_ratios_are_refused() -> None:
+    steps = steps_of({12: 80}, running={12: 30})
+    for bad in (0.5, 1.0, -2, float("nan"), float("inf"), 100, True, "2"):
+        with pytest.raises(ValueError, match="max_pad_ratio"):
+            choose_capture_sizes(steps, max_pad_ratio=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="disagrees"):
+        choose_capture_sizes(steps, max_pad_ratio=2, budget=CaptureBudget(max_pad_ratio=1.5))
+    for bad_json in ({"max_pad_ratio": 1.0}, {"max_pad_ratio": 0.9}, {"max_pad_ratio": -1}, {"max_pad_ratio": 65},
+                     {"max_pad_ratio": "x"}):
+        with pytest.raises(ValueError):
+            CaptureBudget.model_validate(bad_json)

@@ -183,11 +183,22 @@ def test_cli_json_carries_the_capture_block_and_the_downgrade_reason() -> None:
     base = ["recommend", "--rate", "2", "--input-tokens", "64", "--output-tokens", "256", "--models-dir", str(MODELS),
             "--gpu", "NVIDIA H200", "--vllm-version", "0.24.0", "--step-sizes", STEPS, "--json"]
     alone = CliRunner().invoke(app, [*base, "--capture-keep", "none"])
-    assert alone.exit_code == 0 and json.loads(alone.stdout)["capture"]["sizes"] == [4, 16]
+    # (12: with nothing kept, the padding bound lets a step of 5 pad to 12 at most, not 16)
+    assert alone.exit_code == 0 and json.loads(alone.stdout)["capture"]["sizes"] == [4, 12, 16]
     one = CliRunner().invoke(app, [*base, "--capture-keep", "1"])
-    assert one.exit_code == 0 and json.loads(one.stdout)["capture"]["sizes"] == [1, 4, 16]
+    assert one.exit_code == 0 and json.loads(one.stdout)["capture"]["sizes"] == [1, 4, 12, 16]
+    unbounded = CliRunner().invoke(app, [*base, "--capture-keep", "none", "--capture-max-pad-ratio", "0"])
+    assert unbounded.exit_code == 0 and json.loads(unbounded.stdout)["capture"]["sizes"] == [4, 16]
     wrong = CliRunner().invoke(app, [*base, "--capture-keep", "1,zero"])
     assert wrong.exit_code != 0 and "--capture-keep" in wrong.output and "Traceback" not in wrong.output
+    for ratio in ("1", "0.5", "-3"):
+        bad_ratio = CliRunner().invoke(app, [*base, "--capture-max-pad-ratio", ratio])
+        assert bad_ratio.exit_code != 0 and "--capture-max-pad-ratio" in bad_ratio.output, ratio
+        assert "Traceback" not in bad_ratio.output
+    # Up to 16 the padding bound (1.25x or 8 tokens) holds for [1, 2, 4, 8, 16] already: the same list either way.
+    for ratio in ("0", "2"):
+        same = CliRunner().invoke(app, [*base, "--capture-max-pad-ratio", ratio])
+        assert same.exit_code == 0 and json.loads(same.stdout)["capture"]["sizes"] == [1, 2, 4, 8, 16], same.output
     table = CliRunner().invoke(app, ["recommend", "--rate", "2", "--input-tokens", "64", "--output-tokens", "256",
                                      "--models-dir", str(MODELS), "--gpu", "NVIDIA H200", "--vllm-version", "0.24.0",
                                      "--step-sizes", STEPS])
@@ -279,6 +290,11 @@ def test_service_answers_with_the_capture_block() -> None:
         for keep in ([0], ["1"], 2):
             wrong = tc.post("/v1/recommend", json={**body, "capture_budget": {"always_keep": keep}})
             assert wrong.status_code == 422, keep
+        for ratio in (1, 0.5, -1, "x"):
+            wrong = tc.post("/v1/recommend", json={**body, "capture_budget": {"max_pad_ratio": ratio}})
+            assert wrong.status_code == 422 and "max_pad_ratio" in wrong.text, ratio
+        loose = tc.post("/v1/recommend", json={**body, "capture_budget": {"max_pad_ratio": 0}})
+        assert loose.status_code == 200 and loose.json()["capture"]["sizes"] == [1, 2, 4, 8, 16]
 
 
 def test_launch_never_passes_a_mode_vllm_would_downgrade(tmp_path: Path) -> None:

@@ -101,19 +101,32 @@ def _read_keep(text: str) -> tuple[int, ...]:
         raise ConfigError(f"--capture-keep: {exc}") from None
 
 
+def _budget(max_sizes: int | None, max_s: float | None, max_gib: float | None, keep: tuple[int, ...] | None,
+            pad_ratio: float | None) -> Any:
+    from pydantic import ValidationError
+
+    from graphmode.selector.capture import CaptureBudget
+
+    try:
+        return CaptureBudget(max_sizes=max_sizes, max_capture_s=max_s, max_graph_gib=max_gib,
+                             always_keep=None if keep is None else list(keep), max_pad_ratio=pad_ratio)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        flag = {"max_capture_s": "--capture-max-s", "max_graph_gib": "--capture-max-gib",
+                "max_pad_ratio": "--capture-max-pad-ratio"}.get(str(err["loc"][0]), "--capture-*")
+        raise ConfigError(f"{flag}: {err['msg']}") from None
+
+
 def _complete(answer: Recommendation, rec: Any, steps: Any, vllm_args: str | None, model_path: str | None,
-              budget: tuple[int | None, float | None, float | None, tuple[int, ...] | None]) -> Recommendation:
+              budget: Any) -> Recommendation:
     import shlex
 
     from graphmode.core.fingerprint import load_model_config
-    from graphmode.selector.capture import CaptureBudget
     from graphmode.selector.graphconfig import complete
 
     served = load_model_config(model_path) if model_path else None
     return complete(answer, step_sizes=steps, vllm_args=shlex.split(vllm_args or ""), served_config=served,
-                    budget=CaptureBudget(max_sizes=budget[0], max_capture_s=budget[1], max_graph_gib=budget[2],
-                                         always_keep=None if budget[3] is None else list(budget[3])),
-                    model_folder=rec.folder)
+                    budget=budget, model_folder=rec.folder)
 
 
 def print_recommendation(rec: Recommendation, console: Console) -> None:
@@ -272,6 +285,11 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--capture-keep", help="Capture sizes kept whatever the window saw, up to "
                                      "the largest chosen: '1,2,4,8' (the default) or 'none'.")
         ] = None,
+        capture_max_pad_ratio: Annotated[
+            float | None, typer.Option("--capture-max-pad-ratio", help="The most any step up to the largest "
+                                       "size may be padded, seen in the window or not, as a factor (default "
+                                       "1.25; 0 for no bound).")
+        ] = None,
     ) -> None:
         """Recommend a CUDA Graph mode from observed features, a workload description or a live server."""
         from graphmode.selector.describe import WorkloadDescription
@@ -282,6 +300,7 @@ def register(app: typer.Typer) -> None:
         with handle_errors():
             steps = _read_step_sizes(step_sizes) if step_sizes is not None else None
             keep = _read_keep(capture_keep) if capture_keep is not None else None
+            budget = _budget(capture_max_sizes, capture_max_s, capture_max_gib, keep, capture_max_pad_ratio)
             described = rate is not None or input_tokens is not None or output_tokens is not None
             given = sum([described, features is not None, server is not None])
             if given != 1:
@@ -359,8 +378,7 @@ def register(app: typer.Typer) -> None:
                     steps = windows[0].step_sizes()
             answer = rec.recommend(inputs, obj, source="server" if server is not None else None)
             if steps is not None or vllm_args is not None:
-                answer = _complete(answer, rec, steps, vllm_args, model_path,
-                                   (capture_max_sizes, capture_max_s, capture_max_gib, keep))
+                answer = _complete(answer, rec, steps, vllm_args, model_path, budget)
             if as_json:
                 out_console.print_json(json.dumps(answer.model_dump(mode="json")))
             else:

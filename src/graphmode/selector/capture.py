@@ -18,6 +18,15 @@ Method (exact for the discrete distribution it is given)
     the multiples of 8 and every observed batch size (decode steps have exactly that many tokens), so a
     list looks like one vLLM would use.
 
+    Padding is bounded for steps the window did not see: no two consecutive sizes may be further apart than
+    ``max_pad_ratio`` (:data:`MAX_PAD_RATIO`, 1.25) times the step just above the lower one, or one candidate
+    step (8 tokens), whichever is more, so a burst above what the window saw pads by at most that much
+    instead of up to the next size the window needed. Without it a list chosen at 2 req/s
+    ([1, 3, 4, 6, 256, 384, 512]) padded every step of 7-255 tokens to 256: at 48 running its ITL was 1.47x
+    the default list's (H200, Llama-3.1-8B, vLLM 0.33, 2026-12-04, paired rounds), and one burst of an
+    open-loop 2 req/s round read 1.58x. The DP takes the bound as a constraint on each segment, so the
+    list is still the least padding for the window among the lists that keep it.
+
     Sizes to always keep (:data:`ALWAYS_KEEP`, 1, 2, 4, 8) up to the top are breakpoints no DP segment may
     step over, so the padding, the graphed share and every budget are those of the final list. Traffic
     changes over a day and a restart for a new list happens only when it pays: a list chosen at 32 req/s
@@ -43,17 +52,19 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from graphmode.core.records import StartupInfo, StepSizes
 from graphmode.selector.capture_evidence import CaptureEvidence
 
 __all__ = [
     "ALWAYS_KEEP",
+    "MAX_PAD_RATIO",
     "CaptureAnswer",
     "CaptureBudget",
     "CaptureCosts",
     "check_keep",
+    "check_pad_ratio",
     "choose_capture_sizes",
     "default_capture_sizes",
     "graphs_per_size",
@@ -148,11 +159,16 @@ def step_distribution(steps: StepSizes, limit: int) -> Distribution:
 
 
 ALWAYS_KEEP = (1, 2, 4, 8)  # small graphs cost little; a list without them taxes every quiet hour
+# A step pads by at most this factor (or one candidate step): at the H200 8B's 48 running, 208 padded tokens
+# cost 47% ITL, ~0.22% per padded token, so 1.25 keeps a burst near the ±3% the races test for.
+MAX_PAD_RATIO = 1.25
 
 
 class CaptureBudget(BaseModel):
     """Limits on what the capture may cost; ``None`` is no limit. ``max_sizes`` counts capture sizes, kept
-    ones included. ``always_keep``: sizes every list holds up to its largest (``None``: :data:`ALWAYS_KEEP`)."""
+    ones included. ``always_keep``: sizes every list holds up to its largest (``None``: :data:`ALWAYS_KEEP`).
+    ``max_pad_ratio``: the most a step up to the largest size may be padded, as a factor (``None``:
+    :data:`MAX_PAD_RATIO`; ``0``: no bound); a budget too small for it drops it and says so."""
 
     max_sizes: int | None = Field(None, ge=1)
     max_capture_s: float | None = Field(None, gt=0)
@@ -160,6 +176,17 @@ class CaptureBudget(BaseModel):
     always_keep: list[Annotated[int, Field(strict=True, ge=1, le=65536)]] | None = Field(
         None, max_length=128, description="capture sizes kept whatever the window saw, up to the largest chosen "
         "(default 1, 2, 4, 8; [] for none), so that small batches replay a graph whatever the load")
+    max_pad_ratio: float | None = Field(
+        None, ge=0, le=64, description="the most any step up to the largest size is padded, as a factor of its "
+        "tokens (or by one 8-token candidate step, whichever is more), seen in the window or not (default 1.25; "
+        "0 for no bound)")
+
+    @field_validator("max_pad_ratio")
+    @classmethod
+    def _ratio_above_one(cls, v: float | None) -> float | None:
+        if v is not None and 0 < v <= 1:
+            raise ValueError("max_pad_ratio must be above 1 (or 0 for no bound)")
+        return v
 
 
 class CaptureCosts(BaseModel):
@@ -332,9 +359,13 @@ MAX_SIZES = 128  # more sizes than vLLM's default list ever has (51 up to 512, 6
 MAX_LIMIT = 65536  # no capture size above this is considered (vLLM's token budget is usually 2048-16384)
 
 
+def _cand_step(top: int) -> int:
+    """Multiples of this are candidates: 8, thinned to 8·k when a large top would give too many."""
+    return 8 * max(1, math.ceil(top / 8 / MAX_CANDIDATES))
+
+
 def _candidates(dist: Distribution, top: int, keep: Sequence[int] = ()) -> list[int]:
-    # Multiples of 8, thinned to multiples of 8·k when a large top would give too many.
-    step = 8 * max(1, math.ceil(top / 8 / MAX_CANDIDATES))
+    step = _cand_step(top)
     observed = dist.observed
     if len(observed) > MAX_CANDIDATES // 2:  # keep the most frequent batch sizes
         observed = tuple(sorted(sorted(observed, key=lambda n: -dist.weight[n])[: MAX_CANDIDATES // 2]))
@@ -343,12 +374,14 @@ def _candidates(dist: Distribution, top: int, keep: Sequence[int] = ()) -> list[
 
 
 def _best_lists(dist: Distribution, cands: list[int], k_max: int,
-                must: Collection[int] = ()) -> list[tuple[float, list[int]]]:
+                must: Collection[int] = (), ratio: float = 0.0) -> list[tuple[float, list[int]]]:
     """For K = 1..k_max: least expected padded tokens (summed over steps) and the sizes, top fixed at cands[-1],
     every size of ``must`` (all candidates) in the list; ascending K, the K no list can have left out.
 
     ``cost(i, j)`` pads the steps in ``(cands[i], cands[j]]`` up to ``cands[j]``; prefix sums make it O(1),
     so each K is one vectorised pass over (i, j). A size of ``must`` is a breakpoint no segment may step over.
+    With ``ratio`` (> 1) no segment may pad its smallest step ``cands[i] + 1`` by more than that factor or by
+    more than one candidate step (:func:`_pad_bound`).
     """
     w = dist.weight
     cw = np.concatenate([[0.0], np.cumsum(w)])  # cw[t + 1]: weight of steps of at most t tokens
@@ -366,6 +399,11 @@ def _best_lists(dist: Distribution, cands: list[int], k_max: int,
     iu = np.triu_indices(n, 1)
     seg[iu] = c[iu[1]] * (W[iu[1]] - W[iu[0]]) - (T[iu[1]] - T[iu[0]])
     seg[n, :] = c * W - T
+    if ratio > 1:
+        slack = _cand_step(int(c[-1]))
+        far = c[iu[1]] > _pad_bound(c[iu[0]], ratio, slack)
+        seg[iu[0][far], iu[1][far]] = np.inf
+        seg[n, c > _pad_bound(np.zeros(1, dtype=c.dtype), ratio, slack)] = np.inf
     if must:
         forced = np.concatenate([[0], np.cumsum(np.isin(c, list(must)))])  # forced[j]: must-sizes below c[j]
         skip = forced[iu[1]] > forced[iu[0] + 1]  # a must-size strictly inside (c[i], c[j])
@@ -390,6 +428,13 @@ def _best_lists(dist: Distribution, cands: list[int], k_max: int,
     return out
 
 
+def _pad_bound(lower: np.ndarray, ratio: float, slack: int) -> np.ndarray:
+    """The largest size a step of ``lower + 1`` tokens may pad to: ``ratio`` times it, or ``slack`` more tokens
+    than ``lower`` where that is more (a step of 9 may pad to 16, as in vLLM's own list)."""
+    out: np.ndarray = np.maximum(np.floor(ratio * (lower + 1) + 1e-9), lower + slack)
+    return out
+
+
 def choose_capture_sizes(
     steps: StepSizes | None,
     *,
@@ -404,6 +449,7 @@ def choose_capture_sizes(
     padding_tolerance: float = 1.0,
     always_keep: Sequence[int] | None = None,
     graph_long_prefill: bool = False,
+    max_pad_ratio: float | None = None,
 ) -> CaptureAnswer:
     """The capture sizes for ``steps`` (see the module docstring), compared with vLLM's default list.
 
@@ -412,7 +458,9 @@ def choose_capture_sizes(
     ``always_keep`` (default ``budget.always_keep``, else :data:`ALWAYS_KEEP`; ``()`` for none) are sizes
     in every answer up to its largest size, whatever the window saw. Steps that carry prefill tokens and
     are longer than vLLM's default largest size do not raise the largest size unless ``graph_long_prefill``:
-    like under the default list, they run without a graph.
+    like under the default list, they run without a graph. ``max_pad_ratio`` (default
+    ``budget.max_pad_ratio``, else :data:`MAX_PAD_RATIO`; ``0`` for no bound) bounds the padding of every
+    step up to the largest size, seen in the window or not.
     """
     if not 0 < coverage <= 1:
         raise ValueError(f"coverage must be in (0, 1], got {coverage}")
@@ -422,6 +470,11 @@ def choose_capture_sizes(
                          "give one")
     kept = check_keep(always_keep if always_keep is not None
                       else budget.always_keep if budget.always_keep is not None else ALWAYS_KEEP)
+    if max_pad_ratio is not None and budget.max_pad_ratio is not None and max_pad_ratio != budget.max_pad_ratio:
+        raise ValueError(f"max_pad_ratio {max_pad_ratio:g} disagrees with the budget's {budget.max_pad_ratio:g}: "
+                         "give one")
+    ratio = check_pad_ratio(max_pad_ratio if max_pad_ratio is not None
+                            else budget.max_pad_ratio if budget.max_pad_ratio is not None else MAX_PAD_RATIO)
     default = default_capture_sizes(max_num_seqs, max_num_batched_tokens)
     cap = limit if limit is not None else (max_num_batched_tokens or 8192)
     if cap < 1:
@@ -470,15 +523,17 @@ def choose_capture_sizes(
         notes.append("no measured engine start to predict capture seconds or graph GiB: that budget is not checked")
     pick = functools.partial(_select, dist, budget=budget, costs=costs, mode=mode, default=default,
                              tolerance=padding_tolerance, graphable=graphable)
-    sizes, picked_notes = pick(_candidates(dist, top, kept), kept)
+    sizes, picked_notes = pick(_candidates(dist, top, kept), kept, ratio=ratio)
     notes += picked_notes
     if sizes is None:
         return _answer(mode, default, default, dist, d_stats, d_stats, costs, kv_bytes_per_token, steps, basis,
                        notes)
     chosen = list_stats(sizes, dist, costs, mode)
+    if ratio > 1:
+        notes += _bound_note(sizes, pick(_candidates(dist, top, kept), kept)[0], ratio, costs, mode)
     if any(k in sizes for k in kept):
         # Against what this window alone would choose: a kept size it would have chosen anyway needs no word.
-        alone, _ = pick(_candidates(dist, top), ())
+        alone, _ = pick(_candidates(dist, top), (), ratio=ratio)
         extra = [k for k in kept if k in sizes and (alone is None or k not in alone)]
         if extra and alone is not None:
             pad = next(s for s in alone if s >= extra[0])
@@ -509,6 +564,42 @@ def choose_capture_sizes(
     return _answer(mode, sizes, default, dist, chosen, d_stats, costs, kv_bytes_per_token, steps, basis, notes)
 
 
+def _bound_note(sizes: list[int], loose: list[int] | None, ratio: float, costs: CaptureCosts | None,
+                mode: str) -> list[str]:
+    """What bounding the padding added to the list the window alone asked for (nothing when it added nothing)."""
+    if loose is None or loose == sizes or len(sizes) <= len(loose):
+        return []
+    worst = _worst_pad(loose)
+    cost = ""
+    if costs is not None and costs.n_starts:
+        a_s, a_g = costs.predict(loose, mode)
+        c_s, c_g = costs.predict(sizes, mode)
+        cost = f"; predicted {c_s - a_s:+.2f} s capture"
+        if max(sizes) == max(loose) or (costs.knows_gib(sizes) and costs.knows_gib(loose)):
+            cost += f", {c_g - a_g:+.3f} GiB graphs"
+    return [f"{len(sizes) - len(loose)} sizes more than the window alone needed, so that no step up to {sizes[-1]} "
+            f"pads by more than {ratio:g}x (or 8 tokens): without them a step of {worst[0]} would pad to "
+            f"{worst[1]}{cost} (max_pad_ratio 0 to drop the bound)"]
+
+
+def _worst_pad(sizes: Sequence[int]) -> tuple[int, int]:
+    """(step, size it pads to) with the largest padding factor under ``sizes``."""
+    srt, lower, best = sorted(sizes), 0, (1, 1)
+    for s in srt:
+        if s / (lower + 1) > best[1] / best[0]:
+            best = (lower + 1, s)
+        lower = s
+    return best
+
+
+def check_pad_ratio(ratio: Any) -> float:
+    """``ratio`` as a padding bound: 0 (none) or a number above 1; anything else is a ValueError."""
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) \
+            or not (ratio == 0 or 1 < ratio <= 64):
+        raise ValueError(f"max_pad_ratio must be 0 (no bound) or a number in (1, 64], got {ratio!r}")
+    return float(ratio)
+
+
 def check_keep(keep: Iterable[Any]) -> tuple[int, ...]:
     """``keep`` as sorted distinct sizes; anything but positive integers is a ValueError."""
     if isinstance(keep, (str, bytes)) or not isinstance(keep, Iterable):
@@ -534,19 +625,33 @@ def parse_keep(text: str) -> tuple[int, ...]:
 
 def _select(dist: Distribution, cands: list[int], kept: Sequence[int], *, budget: CaptureBudget,
             costs: CaptureCosts | None, mode: str, default: list[int],
-            tolerance: float, graphable: float) -> tuple[list[int] | None, list[str]]:
+            tolerance: float, graphable: float, ratio: float = 0.0) -> tuple[list[int] | None, list[str]]:
     """The fewest sizes within ``tolerance`` padded tokens per step of the least padding any list in the
-    budget has, each list holding the kept sizes up to its top; ``None`` when not even one graph fits."""
+    budget has, each list holding the kept sizes up to its top and, where the budget allows, padding no step
+    by more than ``ratio``; ``None`` when not even one graph fits."""
     notes: list[str] = []
     k_max = min(budget.max_sizes or len(default), len(cands), MAX_SIZES)
-    allowed, dropped = _fitting(dist, cands, kept, k_max, budget, costs, mode)
+
+    def fit(cs: list[int]) -> tuple[list[tuple[float, list[int]]], list[int]]:
+        allowed, dropped = _fitting(dist, cs, kept, k_max, budget, costs, mode, ratio)
+        if ratio > 1 and (not allowed or dropped):
+            # The bound costs sizes; it goes before any kept size does.
+            loose, loose_dropped = _fitting(dist, cs, kept, k_max, budget, costs, mode)
+            if loose and (not allowed or len(loose_dropped) < len(dropped)):
+                notes.append(f"the budget cannot hold sizes close enough together for every step up to {cs[-1]} "
+                             f"to pad by at most {ratio:g}x: that bound is dropped, so a step the window did not "
+                             "see may pad up to the next size it did")
+                return loose, loose_dropped
+        return allowed, dropped
+
+    allowed, dropped = fit(cands)
     if not allowed:
         # Even [top] alone is over budget: the largest top whose single graph fits, then the best lists under it.
         fits = [t for t in cands[:-1] if _within([t], budget, costs, mode)]
         if fits:
             notes.append(f"no list reaching {cands[-1]} fits the budget: the largest size is lowered to "
                          f"{fits[-1]}, larger steps run without a graph")
-            allowed, dropped = _fitting(dist, [c for c in cands if c <= fits[-1]], kept, k_max, budget, costs, mode)
+            allowed, dropped = fit([c for c in cands if c <= fits[-1]])
     if not allowed:
         notes.append("even one graph exceeds the budget: vLLM's default list is kept")
         return None, notes
@@ -559,14 +664,16 @@ def _select(dist: Distribution, cands: list[int], kept: Sequence[int], *, budget
 
 
 def _fitting(dist: Distribution, cands: list[int], kept: Sequence[int], k_max: int, budget: CaptureBudget,
-             costs: CaptureCosts | None, mode: str) -> tuple[list[tuple[float, list[int]]], list[int]]:
+             costs: CaptureCosts | None, mode: str, ratio: float = 0.0) -> tuple[list[tuple[float, list[int]]],
+                                                                                 list[int]]:
     """The DP's lists within the budget that hold the top and as many kept sizes as fit, dropping kept sizes
     from the largest down (a one-token step, the likeliest at low load, is the last to lose its graph)."""
     must = [k for k in kept if k < cands[-1]]
     dropped = must[max(k_max - 1, 0):]  # k_max sizes at most, the top among them
     must = must[:max(k_max - 1, 0)]
     while True:
-        allowed = [(p, s) for p, s in _best_lists(dist, cands, k_max, must) if _within(s, budget, costs, mode)]
+        allowed = [(p, s) for p, s in _best_lists(dist, cands, k_max, must, ratio)
+                   if _within(s, budget, costs, mode)]
         if allowed or not must:
             return allowed, dropped
         dropped.insert(0, must.pop())
