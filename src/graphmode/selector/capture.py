@@ -537,15 +537,8 @@ def choose_capture_sizes(
         extra = [k for k in kept if k in sizes and (alone is None or k not in alone)]
         if extra and alone is not None:
             pad = next(s for s in alone if s >= extra[0])
-            cost = ""
-            if costs is not None and costs.n_starts:
-                a_s, a_g = costs.predict(alone, mode)
-                c_s, c_g = costs.predict(sizes, mode)
-                cost = f"; predicted {c_s - a_s:+.2f} s capture"
-                # two lists with one largest size share the pool, so their difference is per-graph only
-                if max(sizes) == max(alone) or (costs.knows_gib(sizes) and costs.knows_gib(alone)):
-                    cost += f", {c_g - a_g:+.3f} GiB graphs"
-                cost += " against that list"
+            cost = _cost_delta(sizes, alone, costs, mode)
+            cost += " against that list" if cost else ""
             notes.append(f"kept {', '.join(map(str, extra))} so that small batches replay a graph whatever the "
                          f"load (this window alone chose {len(alone)} sizes from {alone[0]}: a step of {extra[0]} "
                          f"token{'s' if extra[0] > 1 else ''} would pad to {pad}{cost})")
@@ -570,16 +563,23 @@ def _bound_note(sizes: list[int], loose: list[int] | None, ratio: float, costs: 
     if loose is None or loose == sizes or len(sizes) <= len(loose):
         return []
     worst = _worst_pad(loose)
-    cost = ""
-    if costs is not None and costs.n_starts:
-        a_s, a_g = costs.predict(loose, mode)
-        c_s, c_g = costs.predict(sizes, mode)
-        cost = f"; predicted {c_s - a_s:+.2f} s capture"
-        if max(sizes) == max(loose) or (costs.knows_gib(sizes) and costs.knows_gib(loose)):
-            cost += f", {c_g - a_g:+.3f} GiB graphs"
+    cost = _cost_delta(sizes, loose, costs, mode)
     return [f"{len(sizes) - len(loose)} sizes more than the window alone needed, so that no step up to {sizes[-1]} "
             f"pads by more than {ratio:g}x (or 8 tokens): without them a step of {worst[0]} would pad to "
             f"{worst[1]}{cost} (max_pad_ratio 0 to drop the bound)"]
+
+
+def _cost_delta(sizes: list[int], other: list[int], costs: CaptureCosts | None, mode: str) -> str:
+    """``; predicted +X s capture, +Y GiB graphs`` of *sizes* over *other* ("" without measured starts)."""
+    if costs is None or not costs.n_starts:
+        return ""
+    o_s, o_g = costs.predict(other, mode)
+    c_s, c_g = costs.predict(sizes, mode)
+    out = f"; predicted {c_s - o_s:+.2f} s capture"
+    # two lists with one largest size share the pool, so their difference is per-graph only
+    if max(sizes) == max(other) or (costs.knows_gib(sizes) and costs.knows_gib(other)):
+        out += f", {c_g - o_g:+.3f} GiB graphs"
+    return out
 
 
 def _worst_pad(sizes: Sequence[int]) -> tuple[int, int]:
