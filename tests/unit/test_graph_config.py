@@ -159,6 +159,35 @@ def test_capture_change_is_a_restart_weighed_like_a_mode_switch() -> None:
     assert capture_gain(None, 1.0, advice, "FULL")[0] is None
 
 
+def test_watch_prices_padding_a_list_with_gaps_pays_for_a_restart() -> None:
+    from graphmode.control.policy import capture_decision
+    from graphmode.core.records import StepSizes
+    from graphmode.selector.capture import PAD_TOKEN_COST, list_stats, step_distribution
+
+    # The H200 8B's 2 req/s list, now serving 48 in flight: every step graphed, each padded 48 -> 256
+    # (ITL 1.47x measured, 2026-12-04). Only padding separates it from the recommended list.
+    steps = StepSizes(le=[1.0, 8.0, 16.0, 32.0, 64.0], steps=[0.0, 0.0, 0.0, 0.0, 600.0, 0.0], running={48: 60})
+    gappy = [1, 3, 4, 6, 256, 384, 512]
+    stats = list_stats(gappy, step_distribution(steps, 8192), None, "FULL_AND_PIECEWISE")
+    assert stats.graphed_share == 1.0
+    assert stats.padding_cost == pytest.approx(PAD_TOKEN_COST * 208 / (1 + PAD_TOKEN_COST * 48), rel=1e-3)
+    gain, how = capture_gain(1.0, 1.0, None, "FULL_AND_PIECEWISE", stats.padding_cost, 0.0)
+    assert gain == pytest.approx(stats.padding_cost) and "padding" in how  # no advice needed: no step changes side
+    clock = [10_000.0]
+    policy = Policy(PolicyConfig(min_dwell_s=0, cooldown_s=0, min_gain=0.05, horizon_s=1800), clock=lambda: clock[0])
+    args = ["--model", "m", "--compilation-config", json.dumps({"cudagraph_capture_sizes": gappy})]
+    d, new_args = capture_decision(policy, PolicyState(), "FULL_AND_PIECEWISE", args, steps, None, rate=10.0,
+                                   startup_s=70.0)
+    assert d.switch and new_args is not None, d.reason
+    assert 0.2 < d.numbers["gain"] < 0.26 and "padding" in d.reason
+    sizes = json.loads(new_args[new_args.index("--compilation-config") + 1])["cudagraph_capture_sizes"]
+    assert 48 in sizes or min(s for s in sizes if s >= 48) <= 56
+    # Restarted on that list, the same traffic asks for nothing more.
+    again, _ = capture_decision(policy, PolicyState(), "FULL_AND_PIECEWISE", new_args, steps, None, rate=10.0,
+                                startup_s=70.0)
+    assert not again.switch
+
+
 # ------------------------------------------------------------------------------------------ answer surfaces
 STEPS = json.dumps({"le": [1.0, 8.0, 16.0, 32.0], "steps": [0.0, 400.0, 100.0, 0.0, 0.0],
                     "running": {"4": 30, "12": 10}})

@@ -60,6 +60,7 @@ from graphmode.selector.capture_evidence import CaptureEvidence
 __all__ = [
     "ALWAYS_KEEP",
     "MAX_PAD_RATIO",
+    "PAD_TOKEN_COST",
     "CaptureAnswer",
     "CaptureBudget",
     "CaptureCosts",
@@ -162,6 +163,11 @@ ALWAYS_KEEP = (1, 2, 4, 8)  # small graphs cost little; a list without them taxe
 # A step pads by at most this factor (or one candidate step): at the H200 8B's 48 running, 208 padded tokens
 # cost 47% ITL, ~0.22% per padded token, so 1.25 keeps a burst near the ±3% the races test for.
 MAX_PAD_RATIO = 1.25
+# A graphed step's time grows with the tokens its graph computes, padded ones included:
+# t(n) ≈ t(0)·(1 + PAD_TOKEN_COST·n). The H200 8B closed loop (vLLM 0.33, 2026-12-04) read 1 → 63 padded
+# as ITL 1.082x (0.0013 per token) and 48 → 256 as 1.467x (0.0025); the lower, so that padding is not
+# overpriced where the shape's own cost is unmeasured.
+PAD_TOKEN_COST = 0.0013
 
 
 class CaptureBudget(BaseModel):
@@ -286,6 +292,8 @@ class ListStats(BaseModel):
     graphed_share: float | None = Field(description="share of steps that replay a graph")
     padded_tokens_per_step: float | None = Field(description="expected padding per graphed step, tokens")
     padding_share: float | None = Field(description="padded tokens / real tokens of graphed steps")
+    padding_cost: float | None = Field(None, description="predicted step time padding adds, relative, over "
+                                       "graphed steps (step time linear in tokens, PAD_TOKEN_COST per token)")
     capture_s: float | None = None
     graph_gib: float | None = None
 
@@ -335,21 +343,23 @@ def list_stats(sizes: Sequence[int], dist: Distribution, costs: CaptureCosts | N
                          capture_s=capture_s, graph_gib=graph_gib)
     tokens = np.arange(len(dist.weight), dtype=float)
     srt = sorted(sizes)
-    graphed = pad = real = 0.0
+    graphed = pad = real = slow = 0.0
     lower = 0
     for s in srt:
         top = min(s, len(dist.weight) - 1)
         if top > lower:
-            w = dist.weight[lower + 1:top + 1]
+            w, t = dist.weight[lower + 1:top + 1], tokens[lower + 1:top + 1]
             graphed += float(w.sum())
-            pad += float((w * (s - tokens[lower + 1:top + 1])).sum())
-            real += float((w * tokens[lower + 1:top + 1]).sum())
+            pad += float((w * (s - t)).sum())
+            real += float((w * t).sum())
+            slow += float((w * PAD_TOKEN_COST * (s - t) / (1 + PAD_TOKEN_COST * t)).sum())
         lower = max(lower, top)
     return ListStats(
         sizes=list(srt),
         graphed_share=round(graphed / total, 4),
         padded_tokens_per_step=round(pad / graphed, 3) if graphed > 0 else None,
         padding_share=round(pad / real, 4) if real > 0 else None,
+        padding_cost=round(slow / graphed, 5) if graphed > 0 else None,
         capture_s=capture_s, graph_gib=graph_gib,
     )
 

@@ -142,7 +142,8 @@ def capture_lines(ans: CaptureAnswer) -> list[str]:
     lines = [
         f"[bold]capture sizes ({ans.mode}):[/] {_sizes(ans.sizes)}    (vLLM default: {_sizes(ans.default_sizes)})",
         f"  steps replaying a graph {share(c.graphed_share)} (default {share(d.graphed_share)}); padding "
-        f"{_num(c.padded_tokens_per_step, '{:.2f}')} tokens/step (default {_num(d.padded_tokens_per_step, '{:.2f}')})",
+        f"{_num(c.padded_tokens_per_step, '{:.2f}')} tokens/step (default {_num(d.padded_tokens_per_step, '{:.2f}')}), "
+        f"~{share(c.padding_cost)} of a graphed step's time (default ~{share(d.padding_cost)})",
         f"  predicted capture {_num(c.capture_s, '{:.1f}')} s, graphs {_num(c.graph_gib, '{:.3f}')} GiB (default "
         f"{_num(d.capture_s, '{:.1f}')} s, {_num(d.graph_gib, '{:.3f}')} GiB); KV cache tokens gained "
         f"{'-' if ans.kv_tokens_gained is None else f'{ans.kv_tokens_gained:,}'}",
