@@ -74,10 +74,13 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
   # kernel caches an earlier lease sent back (kcache.tgz, below), carried in .gpu/: a fresh host's first engine
   # wave took 233 s against 106 s on a host that had run a model before (lease 8), though torch.compile took
   # 14 s in both; what filled the gap is one of these caches
-  if [ -f .gpu/kcache.tgz ] && [ ! -f "$work/kcache-restored" ]; then
-    tar -xzf .gpu/kcache.tgz -C / 2>/dev/null && date -u +%FT%TZ > "$work/kcache-restored" \
-      && echo "restored kernel caches from .gpu/kcache.tgz"
-  fi
+  # (or staged by a call of its own, /tmp/stage/kcache.tgz: the last bundle call may have no room for it)
+  for kc_src in .gpu/kcache.tgz /tmp/stage/kcache.tgz; do
+    if [ -f "$kc_src" ] && [ ! -f "$work/kcache-restored" ]; then
+      tar -xzf "$kc_src" -C / 2>/dev/null && date -u +%FT%TZ > "$work/kcache-restored" \
+        && echo "restored kernel caches from $kc_src"
+    fi
+  done
   # a case measured on an earlier lease goes on from its committed dataset: its profile and lone starts are
   # done (--resume skips them, ~8 GPU-minutes a case), its race resumes when the race key is unchanged
   # (same GM_WORK, since the model's path is in the profile key); the lists it raced are frozen with it:

@@ -56,6 +56,11 @@ cp bench/gpu/unpack.sh .gpu/unpack.sh  # older runbooks (NOTES.md) carry .gpu/un
 # Fill calls in order, series after series: a call may end one series and start the next. calls[i] holds
 # the .gpu files call i carries; a file is one series' bytes [offset, offset + size).
 calls=(); used=0; call=0; probe_call=-1
+# Kernel caches an earlier lease sent back (capture_chain.sh's kcache.tgz, kept as .gpu/kcache.tgz) ride in
+# the first call; the chain restores /tmp/stage/kcache.tgz before its first engine.
+if [ -f .gpu/kcache.tgz ] && [ "$(stat -c %s .gpu/kcache.tgz)" -lt "$room" ]; then
+  calls[0]=" .gpu/kcache.tgz"; used=$(stat -c %s .gpu/kcache.tgz)
+fi
 for s in "${series[@]}"; do
   name="${s:+$s.}part"
   cat "$bundle/$name"* > .gpu/whole
