@@ -12,7 +12,9 @@
 #       (docs/capture-sizes.md, "Lease 8")
 #     KIND low: as loads, but only the low load and its list (cap-low-r2, one challenger arm): the ±3%
 #       equivalence target at low load, where the 8B's paired rounds scatter least (sd of ln ITL ratio 0.016)
-#     RACE_BUDGET_MIN: the race's --budget-min (default 7: two starts a side need a start and two restart waves)
+#     RACE_BUDGET_MIN: the race's --budget-min (default 7: two starts a side need a start and two restart waves),
+#       its total over every call and lease: to give a race that spent it one more restart wave, call again with
+#       a larger one (lease 10: :7 spent, then :12 ran 5.2 GPU-min more and settled both arms)
 #   CAP_VLLM_ARGS="..." (environment): more vLLM args for every engine of every case, e.g. "--stream-interval 16"
 #     (SSE chunks every 16 steps: less API server work at > 512 streams), or "--api-server-count 4"
 #     with GM_VLLM_CMD="python3 -m vllm.entrypoints.cli.main serve" (only `serve` starts several API servers), to
@@ -70,6 +72,7 @@ done
 case_name() { IFS=: read -r s k _ <<< "$1"; [ "${k:-loads}" = long ] && echo "$s-long" || echo "$s"; }
 
 if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/null; }; then
+  . bench/gpu/preflight.sh && gm_preflight "${GM_SITE:-/tmp/site}" "$py" src || exit 3
   rm -rf "$work/src" && cp -r src "$work/src" && cp -r models/shapes "$work/shapes" 2>/dev/null
   # kernel caches an earlier lease sent back (kcache.tgz, below), carried in .gpu/: a fresh host's first engine
   # wave took 233 s against 106 s on a host that had run a model before (lease 8), though torch.compile took

@@ -41,6 +41,7 @@ site="${GM_SITE:-/tmp/site}"
 tag="${RACE_TAG:-cfg-h200}"
 case "$tag" in *[!A-Za-z0-9._-]*|"") echo "RACE_TAG: letters, digits, . _ - only" >&2; exit 2;; esac
 
+. bench/gpu/preflight.sh && gm_preflight "$site" "$py" "$PWD/src" || exit 3
 names=$(PYTHONPATH="$site:$PWD/src" "$py" -m graphmode.profiling.campaign names "$file" "$@") || exit 2
 read -r -a cfgs <<< "$names"
 [ "${#cfgs[@]}" -le 5 ] || { echo "${#cfgs[@]} configurations: at most 5 a call (<= 8 files into \$OUT)" >&2; exit 2; }

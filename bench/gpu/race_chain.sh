@@ -33,6 +33,7 @@ tag="${RACE_TAG:-race-h200}"
 case "$tag" in *[!A-Za-z0-9._-]*|"") echo "RACE_TAG: letters, digits, . _ - only" >&2; exit 2;; esac
 
 if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/null; }; then
+  . bench/gpu/preflight.sh && gm_preflight "${GM_SITE:-/tmp/site}" python3 src || exit 3
   rm -rf /tmp/gmsrc && cp -r src /tmp/gmsrc && cp -r models/shapes "$work/shapes" && cp bench/race_windows.py "$work/"
   for a in "${assign[@]}"; do
     shape="${a%%:*}"

@@ -32,6 +32,7 @@ work=/tmp/gm; mkdir -p "$work"
 # GM_SITE picks the release's site dir (/tmp/site: 0.24; /tmp/site-0.33); its .env, written by unpack.sh,
 # adds the CUDA library setup the probe chose (LD_PRELOAD or LD_LIBRARY_PATH).
 site="${GM_SITE:-/tmp/site}"
+. bench/gpu/preflight.sh && gm_preflight "$site" python3 "$PWD/src" || exit 3
 PYTHONPATH="$site"
 if [ -f "$site.env" ]; then . "$site.env"; fi
 export PYTHONPATH="$PYTHONPATH:$PWD/src" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1

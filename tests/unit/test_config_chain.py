@@ -91,3 +91,17 @@ def test_a_bad_campaign_file_stops_before_anything_starts(tmp_path: Path) -> Non
     r = chain(tmp_path, bad, "a")
     assert r.returncode == 2 and "error: campaign" in r.stderr and "nope" in r.stderr
     assert not (tmp_path / "work" / "chain.pid").exists()
+
+
+def test_a_host_without_the_bundle_stops_in_the_call_and_says_so(tmp_path: Path) -> None:
+    # a python that cannot import graphmode's dependencies: what a host new since the bundle calls runs
+    isolated = tmp_path / "python-isolated"
+    isolated.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -I -S \"$@\"\n")
+    isolated.chmod(0o755)
+    env = {**os.environ, "GM_CHAIN_WORK": str(tmp_path / "work"), "GM_PYTHON": str(isolated),
+           "GM_SITE": str(tmp_path / "no-site"), "RACE_TAG": "t", "OUT": str(tmp_path)}
+    r = subprocess.run(["bash", str(CHAIN), "5", str(campaign(tmp_path)), "@1"], cwd=ROOT, env=env, text=True,
+                       capture_output=True, timeout=60)
+    assert r.returncode == 3, r.stderr
+    assert "does not import" in r.stderr and "make the bundle calls again" in r.stderr
+    assert not (tmp_path / "work" / "chain.pid").exists()

@@ -129,6 +129,8 @@ def test_budget_stops_the_race_and_says_what_stayed_open(tmp_path: Path, store: 
     # a resume with the budget spent starts nothing
     again = Racer(race_config(tmp_path, [CudaGraphMode.FULL], budget_min=0.01), store).run()
     assert again.engine_starts == 0 and "earlier sessions" in again.stop_reason
+    # the budget is the race's total: the reason says how much more a call must give to go on
+    assert f"give more than {summary.gpu_min_total:.1f}" in again.stop_reason
 
 
 def test_engine_that_cannot_start_fails_with_vllms_reason(tmp_path: Path, store: ProfileStore) -> None:

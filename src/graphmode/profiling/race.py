@@ -516,7 +516,12 @@ class Racer:
             elif not self._open_workloads(todo):
                 summary.stop_reason = "no open workload left: the remaining verdicts depend on the workload"
             elif self.prior_gpu_s / 60 >= c.budget_min:
-                summary.stop_reason = f"budget of {c.budget_min:g} GPU-minutes spent in earlier sessions"
+                # lease 10: a call with the budget it had had before looked like a race that would go on
+                summary.stop_reason = (
+                    f"budget of {c.budget_min:g} GPU-minutes spent in earlier sessions "
+                    f"({self.prior_gpu_s / 60:.1f} in all): --budget-min is the race's total over its sessions; "
+                    f"give more than {self.prior_gpu_s / 60:.1f} to go on"
+                )
             else:
                 summary.stop_reason = self._first_starts(t0, summary)
         finally:
