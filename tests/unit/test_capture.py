@@ -69,6 +69,28 @@ def test_costs_fit_from_real_logs_reproduce_the_measured_totals() -> None:
     assert CaptureCosts.fit([]).n_starts == 0
 
 
+def test_graph_gib_has_a_base_no_list_saves_once_enough_starts_show_it() -> None:
+    lists = [[1, 2, 4, 8], [8, 64, 256, 512], list(range(8, 129, 8)), list(range(8, 513, 8)), [1, 2, 1024]]
+    base, per_graph, per_top = 0.2, 0.001, 0.0003
+    starts = [(s, "FULL", 0.05 * len(s), base + per_graph * len(s) + per_top * max(s)) for s in lists]
+    fit = CaptureCosts.fit(starts)
+    assert (fit.gib_base, fit.gib_per_graph, fit.gib_per_max_token) == pytest.approx((base, per_graph, per_top))
+    assert "base of 0.20" in fit.basis
+    # three starts are a curve through three points: no base, the largest size carries it
+    assert CaptureCosts.fit(starts[:3]).gib_base == 0.0
+    # lists that all end at one size cannot tell the base from the largest size's term
+    same_top = [(s, m, c, g) for s, m, c, g in starts if max(s) == 512] * 2
+    assert CaptureCosts.fit(same_top).gib_base == 0.0
+    # the bundled H200 8B lone starts (vLLM 0.33): 7 sizes to 512 took 0.38 GiB, 41 to 2048 0.87
+    costs = costs_from_dataset(ROOT / "models" / "profiles" / "cap-h200-llama-3.1-8b.sqlite")
+    assert costs.gib_base > 0.1 and costs.n_starts >= 5
+    assert costs.predict([1, 3, 4, 6, 256, 384, 512], "FULL_AND_PIECEWISE")[1] == pytest.approx(0.38, abs=0.04)
+    assert costs.predict(default_capture_sizes(), "FULL_AND_PIECEWISE")[1] == pytest.approx(0.45, abs=0.04)
+    assert costs.predict([], "FULL_AND_PIECEWISE") == (0.0, 0.0)
+    tight = choose_capture_sizes(steps_of({1: 50, 16: 50}), costs=costs, budget=CaptureBudget(max_graph_gib=0.1))
+    assert tight.sizes == default_capture_sizes() and "before their sizes count" in " ".join(tight.notes)
+
+
 def test_every_step_of_size_one_needs_one_graph() -> None:
     ans = choose_capture_sizes(steps_of({1: 5000}), costs=h200_costs("llama8b"), kv_bytes_per_token=131072)
     assert ans.sizes == [1] and ans.max_capture_size == 1

@@ -3,6 +3,7 @@ identify the size terms that race starts (side by side, one list) cannot."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def test_a_capture_dataset_is_named_in_the_card_and_feeds_the_cost_model(tmp_pat
                                                     ).dataset.rows_used  # not trained on
     paths = [s.resolve(res.out_dir) for s in card.dataset.cost_sources()]
     costs = costs_from_dataset(*paths)
-    assert costs.identified and costs.n_starts == 3
+    assert costs.identified and costs.n_starts >= 3  # lone starts of three lists or more (five since lease 10)
     # What recommend then says for the 8B list chosen at 2 req/s: graph GiB from both terms, not an upper bound.
     empty = choose_capture_sizes(None)
     assert empty.sizes == empty.default_sizes  # no window: the default list
@@ -50,7 +51,8 @@ def test_a_capture_dataset_is_named_in_the_card_and_feeds_the_cost_model(tmp_pat
 
 
 def test_a_capture_dataset_must_match_the_model_and_hold_lone_starts(tmp_path: Path) -> None:
-    assert "3 engine starts" in check_capture_dataset(CAP_8B, gpu_name="NVIDIA H200", vllm_version="0.33.0")
+    assert re.search(r"[3-9] engine starts; least squares", check_capture_dataset(CAP_8B, gpu_name="NVIDIA H200",
+                                                                              vllm_version="0.33.0"))
     with pytest.raises(DatasetError, match=r"vllm_version 0\.33\.0, the model's is 0\.24\.0"):
         check_capture_dataset(CAP_8B, gpu_name="NVIDIA H200", vllm_version="0.24.0")
     with pytest.raises(DatasetError, match="no engine start outside a race"):

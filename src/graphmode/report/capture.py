@@ -19,7 +19,7 @@ from typing import Any
 
 from graphmode.core.dataset import ProfileStore, step_sizes_of
 from graphmode.core.records import StepSizes
-from graphmode.selector.capture import CaptureAnswer, choose_capture_sizes, costs_from_dataset
+from graphmode.selector.capture import PAD_TOKEN_COST, CaptureAnswer, choose_capture_sizes, costs_from_dataset
 from graphmode.selector.capture_evidence import capture_evidence
 
 DEFAULT_MODE = "FULL_AND_PIECEWISE"
@@ -163,14 +163,18 @@ def section(datasets: Sequence[Path]) -> str:
             f"<td>{_pct(a.chosen.graphed_share)} / {_pct(a.default.graphed_share)}</td>"
             f"<td>{_num(a.chosen.padded_tokens_per_step, '{:.2f}')} / "
             f"{_num(a.default.padded_tokens_per_step, '{:.2f}')}</td>"
+            f"<td>{_pct(a.chosen.padding_cost)} / {_pct(a.default.padding_cost)}</td>"
             f"<td>{_num(a.chosen.capture_s, '{:.1f}')} / {_num(a.default.capture_s, '{:.1f}')}</td>"
             f"<td>{_num(a.chosen.graph_gib, '{:.2f}')} / {_num(a.default.graph_gib, '{:.2f}')}</td></tr>")
     parts.append("<table><tr><th>shape</th><th>cells</th><th>steps</th><th>chosen sizes</th><th>default sizes</th>"
                  "<th>replaying a graph, chosen / default</th><th>padding tokens/step</th>"
+                 "<th>step time padding adds (predicted)</th>"
                  "<th>capture s (predicted)</th><th>graph GiB (predicted)</th></tr>" + "".join(rows) + "</table>")
     notes = [f"{html.escape(sh.label)}: {html.escape(n)}" for sh in shapes for n in sh.answer.notes]
     basis = "; ".join(dict.fromkeys(html.escape(sh.answer.costs_basis) for sh in shapes))
-    notes.append(f"Costs: {basis}. Mode {DEFAULT_MODE}; step sizes summed over every mode's cells of a shape.")
+    notes.append(f"Costs: {basis}. Step time padding adds: graphed steps' padded tokens at "
+                 f"{PAD_TOKEN_COST:g} of a step per token (the lower of two H200 8B closed-loop fits). "
+                 f"Mode {DEFAULT_MODE}; step sizes summed over every mode's cells of a shape.")
     if missing:
         notes.append(f"{missing} ok rows recorded no step sizes and are left out.")
     parts.append("<ul class='notes'>" + "".join(f"<li>{n}</li>" for n in notes) + "</ul></section>")

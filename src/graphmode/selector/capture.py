@@ -168,6 +168,12 @@ MAX_PAD_RATIO = 1.25
 # as ITL 1.082x (0.0013 per token) and 48 → 256 as 1.467x (0.0025); the lower, so that padding is not
 # overpriced where the shape's own cost is unmeasured.
 PAD_TOKEN_COST = 0.0013
+# Graph GiB has a part no list choice saves: the H200 8B's lone starts (vLLM 0.33) took 0.38 GiB for 7 sizes
+# to 512 and 0.45 for 51, 0.87 for 41 to 2048. Without a base term the fit put it on the largest size and,
+# leaving each start out in turn, predicted 0.20 for the 7 sizes and 1.28 for the list to 2048; with it
+# 0.39 and 0.99 (docs/capture-sizes.md, "Graph GiB has a base"). A third term needs a fourth start to be
+# more than a curve through three points.
+GIB_BASE_MIN_STARTS = 4
 
 
 class CaptureBudget(BaseModel):
@@ -199,15 +205,19 @@ class CaptureCosts(BaseModel):
     """Capture seconds and graph GiB of a size list, fit on measured engine starts.
 
     Seconds: ``s_per_graph * graphs + s_per_token * (sum of sizes over graphs)`` (each graph is one capture,
-    larger ones take longer). GiB: ``gib_per_graph * graphs + gib_per_max_token * largest size``, the shape
-    of vLLM's own estimate (``profile_cudagraph_memory`` in vllm/v1/worker/gpu_model_runner.py: the first,
-    largest capture fills the shared pool, every further graph adds a per-graph overhead; FULL and
-    PIECEWISE overlay the pool). ``identified`` is False when every start captured one list, so only the
-    per-graph terms could be fit: the GiB saved is then an upper bound (the largest graph's pool stays).
+    larger ones take longer). GiB: ``gib_base + gib_per_graph * graphs + gib_per_max_token * largest size``,
+    the shape of vLLM's own estimate (``profile_cudagraph_memory`` in vllm/v1/worker/gpu_model_runner.py: the
+    first, largest capture fills the shared pool, every further graph adds a per-graph overhead; FULL and
+    PIECEWISE overlay the pool) plus what any list costs. ``gib_base`` is fit only from more starts than
+    the three terms, whose lists differ in both count and largest size (:data:`GIB_BASE_MIN_STARTS`);
+    otherwise it is 0 and the largest-size term carries it. ``identified`` is False when every start
+    captured one list, so only the per-graph terms could be fit: the GiB saved is then an upper bound (the
+    largest graph's pool stays).
     """
 
     s_per_graph: float = 0.0
     s_per_token: float = 0.0
+    gib_base: float = Field(0.0, description="graph GiB any list costs, whatever its count and largest size")
     gib_per_graph: float = 0.0
     gib_per_max_token: float = 0.0
     n_starts: int = 0
@@ -226,7 +236,8 @@ class CaptureCosts(BaseModel):
     def predict(self, sizes: Sequence[int], mode: str) -> tuple[float, float]:
         g = graphs_per_size(mode)
         n, tok, top = g * len(sizes), g * sum(sizes), max(sizes, default=0)
-        return (self.s_per_graph * n + self.s_per_token * tok, self.gib_per_graph * n + self.gib_per_max_token * top)
+        gib = self.gib_base + self.gib_per_graph * n + self.gib_per_max_token * top if n else 0.0
+        return (self.s_per_graph * n + self.s_per_token * tok, gib)
 
     @classmethod
     def fit(cls, starts: Iterable[tuple[Sequence[int], str, float, float]]) -> CaptureCosts:
@@ -244,12 +255,20 @@ class CaptureCosts(BaseModel):
         ident_g = np.linalg.matrix_rank(x_g) >= 2 and len({len(s) for s, _, _, _ in rows}) > 1
         a_s, b_s = _nonneg_lstsq(x_s, secs) if ident_s else (float(secs @ n / (n @ n)), 0.0)
         a_g, b_g = _nonneg_lstsq(x_g, gib) if ident_g else (float(gib @ n / (n @ n)), 0.0)
+        c_g = 0.0
+        x_gc = np.column_stack([np.ones(len(rows)), x_g])
+        if ident_g and len(rows) >= GIB_BASE_MIN_STARTS and np.linalg.matrix_rank(x_gc) >= 3:
+            from scipy.optimize import nnls  # scipy comes with scikit-learn; slow to import, rarely needed
+
+            c_g, a_g, b_g = (float(v) for v in nnls(x_gc, gib)[0])
         if ident_s and ident_g:
             basis = f"least squares on {len(rows)} engine starts with different size lists"
+            if c_g:
+                basis += f" (graph GiB with a base of {c_g:.2f})"
         else:
             basis = (f"per graph, from {len(rows)} engine starts that all captured one size list (the size "
                      "terms need starts with another list; graph GiB saved is an upper bound)")
-        return cls(s_per_graph=a_s, s_per_token=b_s, gib_per_graph=a_g, gib_per_max_token=b_g,
+        return cls(s_per_graph=a_s, s_per_token=b_s, gib_base=c_g, gib_per_graph=a_g, gib_per_max_token=b_g,
                    n_starts=len(rows), identified=bool(ident_s and ident_g), basis=basis,
                    max_top=max(max(s) for s, _, _, _ in rows))
 
@@ -663,7 +682,11 @@ def _select(dist: Distribution, cands: list[int], kept: Sequence[int], *, budget
                          f"{fits[-1]}, larger steps run without a graph")
             allowed, dropped = fit([c for c in cands if c <= fits[-1]])
     if not allowed:
-        notes.append("even one graph exceeds the budget: vLLM's default list is kept")
+        base = ""
+        if costs is not None and costs.gib_base and budget.max_graph_gib is not None \
+                and costs.gib_base >= budget.max_graph_gib:
+            base = f" (any list's graphs take a predicted {costs.gib_base:.2f} GiB before their sizes count)"
+        notes.append(f"even one graph exceeds the budget{base}: vLLM's default list is kept")
         return None, notes
     if dropped:
         notes.append(f"the budget cannot hold every size to always keep with the largest size "
