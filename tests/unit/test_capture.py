@@ -91,6 +91,31 @@ def test_graph_gib_has_a_base_no_list_saves_once_enough_starts_show_it() -> None
     assert tight.sizes == default_capture_sizes() and "before their sizes count" in " ".join(tight.notes)
 
 
+def test_kv_cache_tokens_follow_what_vllm_reserved_for_the_graphs_not_what_they_took() -> None:
+    lists = [list(range(8, 513, 8)), [1, 2, 4, 8, 512], list(range(16, 513, 16))]
+    starts = [(s, "FULL", 0.1 * len(s), 0.1 + 0.001 * len(s), 0.2 + 0.004 * len(s)) for s in lists]
+    costs = CaptureCosts.fit(starts)
+    assert costs.reserved_n_starts == 3 and "graph-memory estimate in 3" in costs.basis
+    assert costs.predict_reserved([8, 512], "FULL") == pytest.approx(0.2 + 0.008, abs=1e-6)
+    ans = choose_capture_sizes(steps_of({1: 50, 4: 50}), costs=costs, kv_bytes_per_token=1 << 20, mode="FULL",
+                               budget=CaptureBudget(always_keep=[], max_pad_ratio=0))
+    reserved_saved = costs.predict_reserved(ans.default_sizes, "FULL") - costs.predict_reserved(ans.sizes, "FULL")
+    assert ans.kv_tokens_gained == int(reserved_saved * 1024)  # GiB / (1 MiB a token)
+    assert ans.graph_gib_saved is not None and ans.kv_tokens_gained > ans.graph_gib_saved * 1024 * 2
+    # starts that never logged an estimate: KV tokens from the graphs' own GiB, as before
+    plain = CaptureCosts.fit([t[:4] for t in starts])
+    assert plain.reserved_n_starts == 0 and plain.predict_reserved([8], "FULL") is None
+    # the bundled H200 lone starts (vLLM 0.33): the 1B's 6-size list gained 7,136 KV cache tokens, the
+    # 0.5B's 21,584; from the graphs' own GiB the answer had said ~2,000 and ~4,300
+    for shape, six, gained, bpt in (("llama-3.2-1b", [1, 2, 4, 8, 256, 512], 7136, 32768),
+                                    ("qwen2.5-0.5b", [1, 2, 4, 8, 256, 512], 21584, 12288)):
+        c = costs_from_dataset(ROOT / "models" / "profiles" / f"cap-h200-{shape}.sqlite")
+        r_default, r_six = c.predict_reserved(default_capture_sizes(), "FULL_AND_PIECEWISE"), \
+            c.predict_reserved(six, "FULL_AND_PIECEWISE")
+        assert r_default is not None and r_six is not None
+        assert (r_default - r_six) * (1 << 30) / bpt == pytest.approx(gained, rel=0.1), shape
+
+
 def test_every_step_of_size_one_needs_one_graph() -> None:
     ans = choose_capture_sizes(steps_of({1: 5000}), costs=h200_costs("llama8b"), kv_bytes_per_token=131072)
     assert ans.sizes == [1] and ans.max_capture_size == 1

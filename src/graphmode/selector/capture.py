@@ -213,6 +213,13 @@ class CaptureCosts(BaseModel):
     otherwise it is 0 and the largest-size term carries it. ``identified`` is False when every start
     captured one list, so only the per-graph terms could be fit: the GiB saved is then an upper bound (the
     largest graph's pool stays).
+
+    ``reserved_*``: the same form fit on what vLLM *reserved* for the graphs before it sized the KV cache
+    (its profiled estimate, "CUDA graph pool memory: X GiB (actual), Y GiB (estimated)"), which is what
+    KV cache tokens gained follow: on the H200 (vLLM 0.33) the estimate ran 1.6-2.4x the graphs' actual
+    GiB, and the KV tokens a list gained matched the estimate's difference (8B, 22 sizes: +1,440 tokens
+    measured, 0.18 GiB less reserved = 1,474; the actual 0.04 GiB less = 327). ``reserved_n_starts`` 0:
+    no start logged an estimate, and KV gains fall back to the actual GiB.
     """
 
     s_per_graph: float = 0.0
@@ -220,6 +227,10 @@ class CaptureCosts(BaseModel):
     gib_base: float = Field(0.0, description="graph GiB any list costs, whatever its count and largest size")
     gib_per_graph: float = 0.0
     gib_per_max_token: float = 0.0
+    reserved_gib_base: float = 0.0
+    reserved_gib_per_graph: float = 0.0
+    reserved_gib_per_max_token: float = 0.0
+    reserved_n_starts: int = Field(0, description="starts that logged vLLM's graph-memory estimate")
     n_starts: int = 0
     identified: bool = False
     basis: str = "no measured engine start"
@@ -239,28 +250,31 @@ class CaptureCosts(BaseModel):
         gib = self.gib_base + self.gib_per_graph * n + self.gib_per_max_token * top if n else 0.0
         return (self.s_per_graph * n + self.s_per_token * tok, gib)
 
+    def predict_reserved(self, sizes: Sequence[int], mode: str) -> float | None:
+        """GiB vLLM would reserve for *sizes*' graphs before sizing the KV cache (``None``: never logged)."""
+        if not self.reserved_n_starts:
+            return None
+        n, top = graphs_per_size(mode) * len(sizes), max(sizes, default=0)
+        return (self.reserved_gib_base + self.reserved_gib_per_graph * n
+                + self.reserved_gib_per_max_token * top) if n else 0.0
+
     @classmethod
-    def fit(cls, starts: Iterable[tuple[Sequence[int], str, float, float]]) -> CaptureCosts:
-        """Fit from ``(sizes, mode, capture_s, graph_gib)`` of measured engine starts."""
-        rows = [(list(s), m, c, g) for s, m, c, g in starts if s and graphs_per_size(m) > 0]
+    def fit(cls, starts: Iterable[tuple[Any, ...]]) -> CaptureCosts:
+        """Fit from ``(sizes, mode, capture_s, graph_gib[, reserved_gib])`` of measured engine starts
+        (``reserved_gib``: vLLM's logged estimate, or ``None``)."""
+        rows = [(list(t[0]), t[1], t[2], t[3], t[4] if len(t) > 4 else None) for t in starts
+                if t[0] and graphs_per_size(t[1]) > 0]
         if not rows:
             return cls()
-        n = np.array([graphs_per_size(m) * len(s) for s, m, _, _ in rows], float)
-        x_s = np.column_stack([n, [graphs_per_size(m) * sum(s) for s, m, _, _ in rows]])
-        x_g = np.column_stack([n, [max(s) for s, _, _, _ in rows]])
+        n = np.array([graphs_per_size(r[1]) * len(r[0]) for r in rows], float)
+        x_s = np.column_stack([n, [graphs_per_size(r[1]) * sum(r[0]) for r in rows]])
         secs = np.array([r[2] for r in rows], float)
-        gib = np.array([r[3] for r in rows], float)
         # The size terms are identified only when the starts captured lists of different shape.
         ident_s = np.linalg.matrix_rank(x_s / n[:, None]) >= 2
-        ident_g = np.linalg.matrix_rank(x_g) >= 2 and len({len(s) for s, _, _, _ in rows}) > 1
         a_s, b_s = _nonneg_lstsq(x_s, secs) if ident_s else (float(secs @ n / (n @ n)), 0.0)
-        a_g, b_g = _nonneg_lstsq(x_g, gib) if ident_g else (float(gib @ n / (n @ n)), 0.0)
-        c_g = 0.0
-        x_gc = np.column_stack([np.ones(len(rows)), x_g])
-        if ident_g and len(rows) >= GIB_BASE_MIN_STARTS and np.linalg.matrix_rank(x_gc) >= 3:
-            from scipy.optimize import nnls  # scipy comes with scikit-learn; slow to import, rarely needed
-
-            c_g, a_g, b_g = (float(v) for v in nnls(x_gc, gib)[0])
+        ident_g, c_g, a_g, b_g = _fit_gib([(r[0], r[1], r[3]) for r in rows])
+        reserved = [(r[0], r[1], r[4]) for r in rows if r[4] is not None]
+        _, rc, ra, rb = _fit_gib(reserved) if reserved else (False, 0.0, 0.0, 0.0)
         if ident_s and ident_g:
             basis = f"least squares on {len(rows)} engine starts with different size lists"
             if c_g:
@@ -268,9 +282,12 @@ class CaptureCosts(BaseModel):
         else:
             basis = (f"per graph, from {len(rows)} engine starts that all captured one size list (the size "
                      "terms need starts with another list; graph GiB saved is an upper bound)")
+        if reserved:
+            basis += f"; KV cache tokens from vLLM's graph-memory estimate in {len(reserved)} of them"
         return cls(s_per_graph=a_s, s_per_token=b_s, gib_base=c_g, gib_per_graph=a_g, gib_per_max_token=b_g,
-                   n_starts=len(rows), identified=bool(ident_s and ident_g), basis=basis,
-                   max_top=max(max(s) for s, _, _, _ in rows))
+                   reserved_gib_base=rc, reserved_gib_per_graph=ra, reserved_gib_per_max_token=rb,
+                   reserved_n_starts=len(reserved), n_starts=len(rows), identified=bool(ident_s and ident_g),
+                   basis=basis, max_top=max(max(r[0]) for r in rows))
 
     @classmethod
     def from_startups(cls, startups: Iterable[StartupInfo], *, max_num_seqs: int = 256) -> CaptureCosts:
@@ -287,8 +304,24 @@ class CaptureCosts(BaseModel):
                 seqs = args.get("max_num_seqs")
                 sizes = default_capture_sizes(seqs if isinstance(seqs, int) else max_num_seqs,
                                               st.max_num_batched_tokens)
-            starts.append((sizes, mode, st.capture_s, st.graph_gib))
+            starts.append((sizes, mode, st.capture_s, st.graph_gib, st.estimated_graph_gib))
         return cls.fit(starts)
+
+
+def _fit_gib(rows: Sequence[tuple[list[int], str, float]]) -> tuple[bool, float, float, float]:
+    """``(identified, base, per graph, per token of the largest size)`` from ``(sizes, mode, gib)``."""
+    n = np.array([graphs_per_size(m) * len(s) for s, m, _ in rows], float)
+    x = np.column_stack([n, [max(s) for s, _, _ in rows]])
+    y = np.array([g for _, _, g in rows], float)
+    ident = bool(np.linalg.matrix_rank(x) >= 2 and len({len(s) for s, _, _ in rows}) > 1)
+    a, b = _nonneg_lstsq(x, y) if ident else (float(y @ n / (n @ n)), 0.0)
+    xc = np.column_stack([np.ones(len(rows)), x])
+    if ident and len(rows) >= GIB_BASE_MIN_STARTS and np.linalg.matrix_rank(xc) >= 3:
+        from scipy.optimize import nnls  # scipy comes with scikit-learn; slow to import, rarely needed
+
+        c, a, b = (float(v) for v in nnls(xc, y)[0])
+        return ident, c, a, b
+    return ident, 0.0, a, b
 
 
 def _nonneg_lstsq(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -328,7 +361,8 @@ class CaptureAnswer(BaseModel):
     default: ListStats
     capture_s_saved: float | None = None
     graph_gib_saved: float | None = None
-    kv_tokens_gained: int | None = Field(None, description="graph GiB saved / KV bytes per token")
+    kv_tokens_gained: int | None = Field(None, description="GiB vLLM reserves for graphs less than for the "
+                                         "default's (graph GiB saved where no start logged it) / KV bytes per token")
     steps_observed: float = 0.0
     steps_above_limit: float = Field(
         0.0, description="steps no graph can take: above the largest size vLLM allows (and, in FULL_DECODE_ONLY, "
@@ -741,7 +775,14 @@ def _answer(mode: str, sizes: list[int], default: list[int], dist: Distribution,
         s_saved = round(d_stats.capture_s - chosen.capture_s, 3)
     if chosen.graph_gib is not None and d_stats.graph_gib is not None:
         g_saved = round(d_stats.graph_gib - chosen.graph_gib, 4)
-    kv = int(g_saved * GIB / kv_bpt) if g_saved is not None and kv_bpt else None
+    kv = None
+    if g_saved is not None and kv_bpt:
+        # g_saved is known only where the fit knows both lists' GiB; vLLM sizes the KV cache by what it
+        # reserved for the graphs, so that is the difference the tokens follow where starts logged it
+        r_chosen, r_default = (costs.predict_reserved(sizes, mode), costs.predict_reserved(default, mode)) \
+            if costs is not None else (None, None)
+        saved = r_default - r_chosen if r_chosen is not None and r_default is not None else g_saved
+        kv = int(saved * GIB / kv_bpt)
     return CaptureAnswer(
         mode=mode, sizes=sizes, max_capture_size=max(sizes), default_sizes=default, chosen=chosen,
         default=d_stats, capture_s_saved=s_saved, graph_gib_saved=g_saved, kv_tokens_gained=kv,
@@ -816,6 +857,7 @@ def _costs_cached(versions: tuple[tuple[str, int, int], ...], model_config_hash:
         seen.add(key)
         starts.append(StartupInfo(
             capture_s=r.get("capture_s"), graph_gib=r.get("graph_gib"), effective_mode=r.get("effective_mode"),
+            estimated_graph_gib=r.get("estimated_graph_gib"),
             requested_mode=r.get("mode"), max_num_batched_tokens=r.get("max_num_batched_tokens"),
             capture_sizes=_json_list(r.get("capture_sizes")), non_default_args=_json_dict(r.get("non_default_args")),
         ))
