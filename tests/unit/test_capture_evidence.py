@@ -52,3 +52,18 @@ def test_the_bundled_033_model_says_the_1b_short_lists_latency_is_not_shown() ->
     note = ev.note()
     assert note.index("at 2.29 req/s") < note.index("at 31.9 req/s")  # slowest load first
     assert "No latency effect shown either way" in note
+
+
+def test_the_bundled_033_model_says_the_8b_bounded_list_raced_equivalent_closed_loop() -> None:
+    """Lease 10: the 22-size list for 2 req/s against the default list at 1 and 48 in flight, two starts a
+    side: ITL equivalent over both (the race's own verdict), which the answer puts first."""
+    config = json.loads((ROOT / "models" / "shapes" / "llama-3.1-8b.json").read_text())
+    low = [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 120, 144, 176, 216, 256, 320, 384, 448, 512]
+    ev = evidence_for(MODEL_033, low, config)
+    assert ev is not None and ev.similarity == 1.0 and ev.race.endswith("race-3b8b01ffd118")
+    assert {(v.workload, v.in_flight) for v in ev.verdicts} == {("cap-low-c1", 1), ("cap-high-c48", 48)}
+    itl = next(v for v in ev.pooled if v.metric == "itl_p50")
+    assert itl.verdict == "equivalent" and itl.lo is not None and itl.hi is not None and 0.97 < itl.lo < itl.hi < 1.03
+    note = ev.note()
+    assert note.index("over its 2 workloads: itl_p50 1.00") < note.index("at 1 in flight") < note.index("at 48 in")
+    assert "No latency effect" not in note

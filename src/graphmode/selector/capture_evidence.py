@@ -38,6 +38,8 @@ EVIDENCE_METRICS = ("itl_p50", "tpot_p50", "ttft_p50")
 class WorkloadVerdict(BaseModel):
     workload: str
     rate: float | None = Field(None, description="the default's observed arrival rate in that race's cells, req/s")
+    in_flight: int | None = Field(None, description="requests held in flight (a closed-loop workload); None: "
+                                  "open loop, read its rate")
     metric: str
     verdict: str
     ratio: float | None = None
@@ -54,6 +56,9 @@ class CaptureEvidence(BaseModel):
     sizes: list[int]
     similarity: float = Field(description="Jaccard similarity of the raced and the chosen list")
     verdicts: list[WorkloadVerdict]
+    pooled: list[WorkloadVerdict] = Field(
+        default_factory=list, description="the race's own verdict per metric, over all its workloads (t over "
+        "start blocks where it has them): what the race acted on")
 
     def note(self) -> str:
         """One line: per raced workload, each metric's ratio, interval and verdict."""
@@ -66,15 +71,18 @@ class CaptureEvidence(BaseModel):
         for v in self.verdicts:
             by_workload[v.workload].append(v)
         parts = []
+        if self.pooled and len(by_workload) > 1:
+            parts.append(f"over its {len(by_workload)} workloads: " + ", ".join(one(v) for v in self.pooled))
         for w, vs in by_workload.items():
-            at = f"{vs[0].rate:.3g} req/s" if vs[0].rate is not None else w
+            at = (f"{vs[0].in_flight} in flight" if vs[0].in_flight is not None
+                  else f"{vs[0].rate:.3g} req/s" if vs[0].rate is not None else w)
             parts.append(f"at {at}, {max(v.n for v in vs)} rounds: " + ", ".join(one(v) for v in vs))
         shown = ", ".join(map(str, self.sizes)) if len(self.sizes) <= 12 else (
             f"{len(self.sizes)} sizes up to {self.sizes[-1]}")
         head = (f"latency, raced on this GPU for a list like this one ([{shown}], similarity "
                 f"{self.similarity:.2f}, {self.mode}) against vLLM's default list: ")
         tail = ""
-        if self.verdicts and all(v.verdict == "undecided" for v in self.verdicts):
+        if self.verdicts and all(v.verdict == "undecided" for v in [*self.verdicts, *self.pooled]):
             tail = ". No latency effect shown either way: the start-up savings are the measured gain"
         return head + "; ".join(parts) + tail
 
@@ -131,19 +139,26 @@ def _raced_arms(versions: tuple[tuple[str, int, int], ...], model_config_hash: s
         defaults = [r for r in rows if r.get("race_arm") == DEFAULT_ARM]
         names = {str(r["workload"]) for r in rows}
         rates = {w: _mean(r.get("obs_arrival_rate") for r in defaults if r["workload"] == w) for w in names}
-        workloads = sorted(names, key=lambda w: (rates[w] is None, rates[w] or 0.0, w))  # slowest load first
+        fixed = {w: _in_flight(next(r.get("workload_spec") for r in rows if r["workload"] == w)) for w in names}
+        workloads = sorted(names, key=lambda w: (fixed[w] is None, fixed[w] or 0, rates[w] is None, rates[w] or 0.0,
+                                                 w))  # closed loop first, then the slowest load
         lists = {str(r["race_arm"]): _sizes(r.get("race_capture_sizes")) for r in rows if r.get("race_capture_sizes")}
         for arm, sizes in sorted(lists.items()):
             if not sizes:
                 continue
             v = arm_verdicts(table, arm, metrics, rule, workloads)
-            verdicts = [WorkloadVerdict(workload=w, rate=rates[w], metric=m, verdict=str(d.verdict),
-                                        ratio=_round(d.ratio), lo=_round(d.lo), hi=_round(d.hi), n=d.n)
+            verdicts = [WorkloadVerdict(workload=w, rate=rates[w], in_flight=fixed[w], metric=m,
+                                        verdict=str(d.verdict), ratio=_round(d.ratio), lo=_round(d.lo),
+                                        hi=_round(d.hi), n=d.n)
                         for w in workloads for m in metrics
                         if (d := v.by_workload.get((m, w))) is not None and d.n > 0]
+            pooled = [WorkloadVerdict(workload="pooled", metric=m, verdict=str(d.verdict), ratio=_round(d.ratio),
+                                      lo=_round(d.lo), hi=_round(d.hi), n=d.n)
+                      for m in metrics if (d := v.pooled.get(m)) is not None and d.n > 0]
             if verdicts:
                 mode = str(rows[0].get("race_requested_mode") or rows[0].get("mode") or "FULL_AND_PIECEWISE")
-                out.append(CaptureEvidence(race=key, mode=mode, sizes=sizes, similarity=0.0, verdicts=verdicts))
+                out.append(CaptureEvidence(race=key, mode=mode, sizes=sizes, similarity=0.0, verdicts=verdicts,
+                                           pooled=pooled))
     return tuple(out)
 
 
@@ -155,6 +170,25 @@ def _sizes(raw: Any) -> list[int] | None:
     if not isinstance(value, list) or not all(isinstance(v, int) for v in value):
         return None
     return sorted(value)
+
+
+# A closed-loop workload in the capture grid is an open-loop one with a rate no engine keeps up with and a
+# cap on requests in flight (bench/grids/capture-sizes.yaml, cap-low-c1 / cap-high-c48).
+CLOSED_LOOP_RATE = 1000.0
+
+
+def _in_flight(spec: Any) -> int | None:
+    """The fixed number of requests in flight of a closed-loop workload spec (JSON), else None."""
+    try:
+        value = json.loads(spec) if isinstance(spec, str) else spec
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    cap, rate = value.get("max_concurrency"), value.get("rate")
+    if isinstance(cap, int) and cap > 0 and isinstance(rate, int | float) and rate >= CLOSED_LOOP_RATE:
+        return cap
+    return None
 
 
 def _mean(values: Any) -> float | None:
