@@ -31,6 +31,7 @@ from graphmode.selector.capture import (
     check_pad_ratio,
     choose_capture_sizes,
     costs_from_dataset,
+    measured_kv_bytes_per_token,
     parse_keep,
 )
 
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             ans = choose_capture_sizes(steps, mode=a.mode, max_num_seqs=a.max_num_seqs,
                                        max_num_batched_tokens=a.max_num_batched_tokens, always_keep=keep,
                                        graph_long_prefill=a.graph_long_prefill, max_pad_ratio=a.max_pad_ratio,
-                                       costs=costs_from_dataset(path, model_config_hash=chash))
+                                       costs=costs_from_dataset(path, model_config_hash=chash),
+                                       kv_bytes_per_token=measured_kv_bytes_per_token(rows, chash))
             out.append({"dataset": str(path), "shape": label, "workload": workload,
                         "cells": cells[(label, chash, workload)], "answer": ans.model_dump(mode="json"),
                         "compilation_config": ans.compilation_config()})

@@ -18,6 +18,7 @@ from graphmode.selector.capture import (
     costs_from_dataset,
     default_capture_sizes,
     kv_bytes_per_token,
+    measured_kv_bytes_per_token,
     parse_keep,
     step_distribution,
 )
@@ -114,6 +115,19 @@ def test_kv_cache_tokens_follow_what_vllm_reserved_for_the_graphs_not_what_they_
             c.predict_reserved(six, "FULL_AND_PIECEWISE")
         assert r_default is not None and r_six is not None
         assert (r_default - r_six) * (1 << 30) / bpt == pytest.approx(gained, rel=0.1), shape
+
+
+def test_kv_bytes_per_token_from_what_the_engines_logged() -> None:
+    from graphmode.core.dataset import ProfileStore
+
+    for shape, bpt in (("llama-3.1-8b", 131072), ("llama-3.2-1b", 32768)):
+        with ProfileStore(ROOT / "models" / "profiles" / f"cap-h200-{shape}.sqlite", readonly=True) as store:
+            rows = store.rows(status="ok")
+        assert measured_kv_bytes_per_token(rows) == pytest.approx(bpt, rel=0.002), shape  # GiB logged to 0.01
+        assert measured_kv_bytes_per_token(rows, "another shape") is None
+    assert measured_kv_bytes_per_token([{"kv_cache_gib": 1.0, "kv_cache_tokens": 0}, {"kv_cache_gib": None}]) is None
+    assert measured_kv_bytes_per_token([{"kv_cache_gib": g, "kv_cache_tokens": 1024} for g in (1.0, 2.0, 9.0)]) \
+        == 2 * 1024 * 1024  # the median
 
 
 def test_every_step_of_size_one_needs_one_graph() -> None:

@@ -50,6 +50,7 @@ def test_section_sums_cells_and_marks_the_chosen_sizes(tmp_path: Path) -> None:
     assert "LlamaForCausalLM 8.0B" in text and "default max 512" in text
     assert ", ".join(map(str, sh.answer.sizes)) in text
     assert sh.answer.chosen.padding_cost is not None and "step time padding adds" in text
+    assert "KV cache tokens gained (predicted)" in text
     assert f"<td>{sh.answer.chosen.padding_cost:.1%} / {sh.answer.default.padding_cost:.1%}</td>" in text
     page = insert_section("<main><p>x</p><footer>f</footer></main>", [ds])
     assert page.index("id='capture'") < page.index("<footer>")

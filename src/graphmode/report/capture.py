@@ -19,7 +19,13 @@ from typing import Any
 
 from graphmode.core.dataset import ProfileStore, step_sizes_of
 from graphmode.core.records import StepSizes
-from graphmode.selector.capture import PAD_TOKEN_COST, CaptureAnswer, choose_capture_sizes, costs_from_dataset
+from graphmode.selector.capture import (
+    PAD_TOKEN_COST,
+    CaptureAnswer,
+    choose_capture_sizes,
+    costs_from_dataset,
+    measured_kv_bytes_per_token,
+)
 from graphmode.selector.capture_evidence import capture_evidence
 
 DEFAULT_MODE = "FULL_AND_PIECEWISE"
@@ -81,7 +87,8 @@ def shape_steps(datasets: Sequence[Path]) -> tuple[list[ShapeSteps], int]:
             if total is None:
                 continue
             costs = costs_from_dataset(path, model_config_hash=chash)
-            answer = choose_capture_sizes(total, mode=DEFAULT_MODE, costs=costs)
+            answer = choose_capture_sizes(total, mode=DEFAULT_MODE, costs=costs,
+                                          kv_bytes_per_token=measured_kv_bytes_per_token(rows, chash))
             # what the dataset's races of capture lists measured for a list like this one, if any
             answer.evidence = capture_evidence([path], answer.sizes, model_config_hash=chash)
             if answer.evidence is not None:
@@ -165,11 +172,13 @@ def section(datasets: Sequence[Path]) -> str:
             f"{_num(a.default.padded_tokens_per_step, '{:.2f}')}</td>"
             f"<td>{_pct(a.chosen.padding_cost)} / {_pct(a.default.padding_cost)}</td>"
             f"<td>{_num(a.chosen.capture_s, '{:.1f}')} / {_num(a.default.capture_s, '{:.1f}')}</td>"
-            f"<td>{_num(a.chosen.graph_gib, '{:.2f}')} / {_num(a.default.graph_gib, '{:.2f}')}</td></tr>")
+            f"<td>{_num(a.chosen.graph_gib, '{:.2f}')} / {_num(a.default.graph_gib, '{:.2f}')}</td>"
+            f"<td>{_num(a.kv_tokens_gained, '{:,}')}</td></tr>")
     parts.append("<table><tr><th>shape</th><th>cells</th><th>steps</th><th>chosen sizes</th><th>default sizes</th>"
                  "<th>replaying a graph, chosen / default</th><th>padding tokens/step</th>"
                  "<th>step time padding adds (predicted)</th>"
-                 "<th>capture s (predicted)</th><th>graph GiB (predicted)</th></tr>" + "".join(rows) + "</table>")
+                 "<th>capture s (predicted)</th><th>graph GiB (predicted)</th>"
+                 "<th>KV cache tokens gained (predicted)</th></tr>" + "".join(rows) + "</table>")
     notes = [f"{html.escape(sh.label)}: {html.escape(n)}" for sh in shapes for n in sh.answer.notes]
     basis = "; ".join(dict.fromkeys(html.escape(sh.answer.costs_basis) for sh in shapes))
     notes.append(f"Costs: {basis}. Step time padding adds: graphed steps' padded tokens at "

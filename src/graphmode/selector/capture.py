@@ -70,6 +70,7 @@ __all__ = [
     "default_capture_sizes",
     "graphs_per_size",
     "kv_bytes_per_token",
+    "measured_kv_bytes_per_token",
     "parse_keep",
     "spec_decode_sizes",
     "step_distribution",
@@ -810,6 +811,18 @@ def kv_bytes_per_token(config: Mapping[str, Any], dtype_bytes: int = 2) -> float
     if not isinstance(kv_heads, int) or not isinstance(head_dim, int):
         return None
     return float(2 * layers * kv_heads * head_dim * dtype_bytes)
+
+
+def measured_kv_bytes_per_token(rows: Iterable[Mapping[str, Any]],
+                                model_config_hash: str | None = None) -> float | None:
+    """KV cache bytes per token as the engines logged it (KV cache GiB / tokens, the median over starts of
+    the shape), for a dataset without the model's config.json; it also counts a quantized KV cache right.
+    ``None`` when no row has both."""
+    got = sorted(float(r["kv_cache_gib"]) * GIB / float(r["kv_cache_tokens"]) for r in rows
+                 if (model_config_hash is None or r.get("fp_model_config_hash") == model_config_hash)
+                 and isinstance(r.get("kv_cache_gib"), int | float) and isinstance(r.get("kv_cache_tokens"), int)
+                 and r["kv_cache_gib"] > 0 and r["kv_cache_tokens"] > 0)
+    return got[len(got) // 2] if got else None
 
 
 def costs_from_dataset(*paths: Any, model_config_hash: str | None = None,
