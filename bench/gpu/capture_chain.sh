@@ -12,7 +12,8 @@
 #       (docs/capture-sizes.md, "Lease 8")
 #     KIND low: as loads, but only the low load and its list (cap-low-r2, one challenger arm): the ±3%
 #       equivalence target at low load, where the 8B's paired rounds scatter least (sd of ln ITL ratio 0.016)
-#     RACE_BUDGET_MIN: the race's --budget-min (default 7: two starts a side need a start and two restart waves),
+#     RACE_BUDGET_MIN: the race's --budget-min (default 7; 13 for KIND fixed, whose 8B race took 12.3 for two
+#       starts a side),
 #       its total over every call and lease: to give a race that spent it one more restart wave, call again with
 #       a larger one (lease 10: :7 spent, then :12 ran 5.2 GPU-min more and settled both arms)
 #   CAP_VLLM_ARGS="..." (environment): more vLLM args for every engine of every case, e.g. "--stream-interval 16"
@@ -132,6 +133,9 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
         seqs=256; loads=(cap-low-r2 cap-high-r32); arms=(low high); kv=8G; race=()
       fi
       racew=("${loads[@]}"); [ "$kind" = fixed ] && racew=(cap-low-c1 cap-high-c48)
+      # lease 10: the 8B fixed race spent 7.1 GPU-min on its compile wave and first start (8 rounds), then
+      # 5.2 on the restart wave and 13 rounds before both arms settled: 12.3 for two starts a side
+      [ -z "$budget" ] && { [ "$kind" = fixed ] && budget=13 || budget=7; }
       prof=("$py" -m graphmode.profiling profile --grid "$grid" --modes FULL_AND_PIECEWISE --dataset "$ds"
             --resume --port 8300 --log-dir "$logs" --vllm-cmd "$vcmd")
       log "$name: a. profile the default list (${loads[*]})"
@@ -166,10 +170,10 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
       sa=(); for s in "${specs[@]}"; do sa+=(--sizes-arm "$s"); done
       # CAP_REPLICAS > 1: that many resident engines per arm (--replicas) instead of two restarted starts
       startsopt="--starts 2"; [ "${CAP_REPLICAS:-1}" -gt 1 ] && startsopt="--replicas ${CAP_REPLICAS}"
-      log "$name: d. race ${specs[*]} over ${racew[*]}, budget ${budget:-7} min"
+      log "$name: d. race ${specs[*]} over ${racew[*]}, budget ${budget} min"
       eval "\"\$py\" -m graphmode.profiling profile --race --grid \"\$grid\" --modes FULL_AND_PIECEWISE \
         --workloads \"\$(IFS=,; echo \"\${racew[*]}\")\" --dataset \"\$ds\" --port 8200 --log-dir \"\$logs\" \
-        --vllm-cmd \"\$vcmd\" --kv-cache-memory-bytes \${CAP_KV:-\$kv} --budget-min \${budget:-7} \$startsopt \
+        --vllm-cmd \"\$vcmd\" --kv-cache-memory-bytes \${CAP_KV:-\$kv} --budget-min \${budget} \$startsopt \
         \"\${race[@]}\" \"\${sa[@]}\" $opts -- \"\${args[@]}\"" >>"$out" 2>&1 < /dev/null
       log "$name: race exited $?"
     done
