@@ -79,9 +79,14 @@ def test_graph_gib_has_a_base_no_list_saves_once_enough_starts_show_it() -> None
     assert "base of 0.20" in fit.basis
     # three starts are a curve through three points: no base, the largest size carries it
     assert CaptureCosts.fit(starts[:3]).gib_base == 0.0
-    # lists that all end at one size cannot tell the base from the largest size's term
-    same_top = [(s, m, c, g) for s, m, c, g in starts if max(s) == 512] * 2
-    assert CaptureCosts.fit(same_top).gib_base == 0.0
+    # lists that all end at one size cannot tell the base from the largest size's term: it is all base, no
+    # list ending lower is credited a smaller pool, and none ending higher gets a GiB
+    same_top = CaptureCosts.fit([(s, m, c, g) for s, m, c, g in starts if max(s) == 512] * 2)
+    assert same_top.gib_base == pytest.approx(base + per_top * 512) and same_top.gib_per_max_token == 0.0
+    assert same_top.gib_per_graph == pytest.approx(per_graph) and not same_top.top_identified
+    assert same_top.knows_gib([8, 256, 512]) and same_top.knows_gib([8, 64]) and not same_top.knows_gib([8, 1024])
+    assert "all ending at 512" in same_top.basis
+    assert same_top.predict([8, 64], "FULL")[1] == pytest.approx(base + per_top * 512 + 2 * per_graph)
     # the bundled H200 8B lone starts (vLLM 0.33): 7 sizes to 512 took 0.38 GiB, 41 to 2048 0.87
     costs = costs_from_dataset(ROOT / "models" / "profiles" / "cap-h200-llama-3.1-8b.sqlite")
     assert costs.gib_base > 0.1 and costs.n_starts >= 5
@@ -499,3 +504,20 @@ def test_bad_pad_ratios_are_refused() -> None:
                      {"max_pad_ratio": "x"}):
         with pytest.raises(ValueError):
             CaptureBudget.model_validate(bad_json)
+
+
+def test_bench_capture_costs_prints_leave_one_out_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.support.bench import load_bench
+
+    mod = load_bench("capture_costs")
+    profiles = ROOT / "models" / "profiles"
+    assert mod.main([str(profiles / "cap-h200-llama-3.1-8b.sqlite")]) == 0
+    out = capsys.readouterr().out
+    assert "5 lone starts, KV bytes per token 131,072" in out
+    # the list to 2048 from four lists to 512: no GiB (through the origin it was 1.55 against 0.87)
+    assert "| 41 | 2048 | 5 |" in out and "| 0.87 | not predicted | 1.55 (ex) |" in out
+    assert "| 7 | 512 | 2 | 1.0 | 0.38 | 0.39 | 0.20 |" in out  # held out: with the base 0.39, without 0.20
+    assert mod.main(["--pool", str(profiles / "cap-h200-llama-3.1-8b.sqlite"),
+                     str(profiles / "cap-h200-llama-3.1-8b-long.sqlite")]) == 0
+    assert "| 0.87 | 0.99 (ex) | 1.28 (ex) |" in capsys.readouterr().out
+    assert mod.main([str(profiles / "missing.sqlite")]) == 2

@@ -70,6 +70,7 @@ __all__ = [
     "default_capture_sizes",
     "graphs_per_size",
     "kv_bytes_per_token",
+    "lone_starts",
     "measured_kv_bytes_per_token",
     "parse_keep",
     "spec_decode_sizes",
@@ -234,6 +235,8 @@ class CaptureCosts(BaseModel):
     reserved_n_starts: int = Field(0, description="starts that logged vLLM's graph-memory estimate")
     n_starts: int = 0
     identified: bool = False
+    top_identified: bool = Field(True, description="False when every fitted start's list ended at one size: the "
+                                 "largest size's term is then unknown, and no GiB is predicted above it")
     basis: str = "no measured engine start"
     max_top: int | None = Field(None, description="the largest size any fitted start captured (None: not "
                                                   "recorded, as in costs saved before it was)")
@@ -243,7 +246,8 @@ class CaptureCosts(BaseModel):
         term only, which can bound a saving only while the largest graph (the shared pool's) is no larger
         than a measured one: the H200 8B with --max-num-seqs 1024 (2026-12-03) was predicted 0.25 GiB for a
         list to 1024 from one start of the default's to 512, and its lone start took 0.60 against 0.45."""
-        return self.identified or self.max_top is None or max(sizes, default=0) <= self.max_top
+        return ((self.identified and self.top_identified) or self.max_top is None
+                or max(sizes, default=0) <= self.max_top)
 
     def predict(self, sizes: Sequence[int], mode: str) -> tuple[float, float]:
         g = graphs_per_size(mode)
@@ -260,9 +264,10 @@ class CaptureCosts(BaseModel):
                 + self.reserved_gib_per_max_token * top) if n else 0.0
 
     @classmethod
-    def fit(cls, starts: Iterable[tuple[Any, ...]]) -> CaptureCosts:
+    def fit(cls, starts: Iterable[tuple[Any, ...]], *, gib_base: bool = True) -> CaptureCosts:
         """Fit from ``(sizes, mode, capture_s, graph_gib[, reserved_gib])`` of measured engine starts
-        (``reserved_gib``: vLLM's logged estimate, or ``None``)."""
+        (``reserved_gib``: vLLM's logged estimate, or ``None``); ``gib_base=False`` fits GiB through the
+        origin whatever the starts (the model before 2026-12-04, for comparison)."""
         rows = [(list(t[0]), t[1], t[2], t[3], t[4] if len(t) > 4 else None) for t in starts
                 if t[0] and graphs_per_size(t[1]) > 0]
         if not rows:
@@ -273,12 +278,16 @@ class CaptureCosts(BaseModel):
         # The size terms are identified only when the starts captured lists of different shape.
         ident_s = np.linalg.matrix_rank(x_s / n[:, None]) >= 2
         a_s, b_s = _nonneg_lstsq(x_s, secs) if ident_s else (float(secs @ n / (n @ n)), 0.0)
-        ident_g, c_g, a_g, b_g = _fit_gib([(r[0], r[1], r[3]) for r in rows])
+        ident_g, top_g, c_g, a_g, b_g = _fit_gib([(r[0], r[1], r[3]) for r in rows], base=gib_base)
         reserved = [(r[0], r[1], r[4]) for r in rows if r[4] is not None]
-        _, rc, ra, rb = _fit_gib(reserved) if reserved else (False, 0.0, 0.0, 0.0)
+        _, _, rc, ra, rb = _fit_gib(reserved, base=gib_base) if reserved else (False, False, 0.0, 0.0, 0.0)
+        top = max(max(r[0]) for r in rows)
         if ident_s and ident_g:
             basis = f"least squares on {len(rows)} engine starts with different size lists"
-            if c_g:
+            if not top_g:
+                basis += (f" all ending at {top} (a list ending lower is credited no smaller graph pool; one "
+                          "ending higher gets no graph GiB)")
+            elif c_g:
                 basis += f" (graph GiB with a base of {c_g:.2f})"
         else:
             basis = (f"per graph, from {len(rows)} engine starts that all captured one size list (the size "
@@ -288,7 +297,7 @@ class CaptureCosts(BaseModel):
         return cls(s_per_graph=a_s, s_per_token=b_s, gib_base=c_g, gib_per_graph=a_g, gib_per_max_token=b_g,
                    reserved_gib_base=rc, reserved_gib_per_graph=ra, reserved_gib_per_max_token=rb,
                    reserved_n_starts=len(reserved), n_starts=len(rows), identified=bool(ident_s and ident_g),
-                   basis=basis, max_top=max(max(r[0]) for r in rows))
+                   top_identified=top_g, basis=basis, max_top=top)
 
     @classmethod
     def from_startups(cls, startups: Iterable[StartupInfo], *, max_num_seqs: int = 256) -> CaptureCosts:
@@ -309,20 +318,28 @@ class CaptureCosts(BaseModel):
         return cls.fit(starts)
 
 
-def _fit_gib(rows: Sequence[tuple[list[int], str, float]]) -> tuple[bool, float, float, float]:
-    """``(identified, base, per graph, per token of the largest size)`` from ``(sizes, mode, gib)``."""
+def _fit_gib(rows: Sequence[tuple[list[int], str, float]], *,
+             base: bool = True) -> tuple[bool, bool, float, float, float]:
+    """``(identified, largest size identified, base, per graph, per token of the largest size)`` from
+    ``(sizes, mode, gib)``."""
     n = np.array([graphs_per_size(m) * len(s) for s, m, _ in rows], float)
     x = np.column_stack([n, [max(s) for s, _, _ in rows]])
     y = np.array([g for _, _, g in rows], float)
     ident = bool(np.linalg.matrix_rank(x) >= 2 and len({len(s) for s, _, _ in rows}) > 1)
+    if ident and base and len({max(s) for s, _, _ in rows}) == 1:
+        # One largest size: its term and a base are one number. Kept as a base, a list ending lower is not
+        # credited a smaller pool nobody measured (through the origin, the H200 8B's lists to 512 predicted
+        # 1.55 GiB for one to 2048 that took 0.87: bench/capture_costs.py).
+        a, c = _nonneg_lstsq(np.column_stack([n, np.ones(len(rows))]), y)
+        return ident, False, c, a, 0.0
     a, b = _nonneg_lstsq(x, y) if ident else (float(y @ n / (n @ n)), 0.0)
     xc = np.column_stack([np.ones(len(rows)), x])
-    if ident and len(rows) >= GIB_BASE_MIN_STARTS and np.linalg.matrix_rank(xc) >= 3:
+    if base and ident and len(rows) >= GIB_BASE_MIN_STARTS and np.linalg.matrix_rank(xc) >= 3:
         from scipy.optimize import nnls  # scipy comes with scikit-learn; slow to import, rarely needed
 
         c, a, b = (float(v) for v in nnls(xc, y)[0])
-        return ident, c, a, b
-    return ident, 0.0, a, b
+        return ident, True, c, a, b
+    return ident, ident, 0.0, a, b
 
 
 def _nonneg_lstsq(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -861,20 +878,27 @@ def _costs_cached(versions: tuple[tuple[str, int, int], ...], model_config_hash:
         pick = min(sized)[1] if sized else None
     if pick is not None:
         rows = [r for r in rows if r.get("fp_model_config_hash") == pick]
+    return CaptureCosts.from_startups(lone_starts(rows))
+
+
+def lone_starts(rows: Iterable[Mapping[str, Any]]) -> list[StartupInfo]:
+    """One start-up record per engine start among dataset rows outside races (a start's cells share it)."""
     seen: set[tuple[Any, ...]] = set()
     starts: list[StartupInfo] = []
     for r in rows:
+        if r.get("race_id"):
+            continue
         key = (r.get("run_id"), r.get("mode"), r.get("repeat"), r.get("startup_s"))
         if key in seen:
             continue
         seen.add(key)
         starts.append(StartupInfo(
             capture_s=r.get("capture_s"), graph_gib=r.get("graph_gib"), effective_mode=r.get("effective_mode"),
-            estimated_graph_gib=r.get("estimated_graph_gib"),
+            estimated_graph_gib=r.get("estimated_graph_gib"), kv_cache_tokens=r.get("kv_cache_tokens"),
             requested_mode=r.get("mode"), max_num_batched_tokens=r.get("max_num_batched_tokens"),
             capture_sizes=_json_list(r.get("capture_sizes")), non_default_args=_json_dict(r.get("non_default_args")),
         ))
-    return CaptureCosts.from_startups(starts)
+    return starts
 
 
 def _json_list(raw: Any) -> list[int] | None:
