@@ -7,6 +7,11 @@
 #   CASE = SHAPE[:KIND[:RACE_BUDGET_MIN]]   SHAPE: models/shapes/SHAPE.json (dummy weights)
 #     KIND loads (default): vLLM's default --max-num-seqs; workloads cap-low-r2 and cap-high-r32
 #     KIND long: --max-num-seqs 1024 (default list still stops at 512); workload cap-long-c768 (768 running)
+#     KIND long-decode: as long (same dataset, profile and list), but the race holds 768 requests in steady
+#       decode (cap-long-d768s: all sent at once, 384 output tokens, none ends inside a cell), so every step is 768
+#       tokens: graphed in the list, eager above the default list's 512. Lease 11's mixed race (cap-long-c768,
+#       48-token outputs) had each 5-s cell catch a different part of a wave of 768 prefills and finishes: batch
+#       511-727 per cell, sd of the paired ln ITL 0.19 a round (docs/capture-sizes.md, "Lease 11")
 #     KIND fixed: as loads (same dataset, profile and lists), but the race runs the lists at a fixed number in
 #       flight, cap-low-c1 and cap-high-c48: open-loop cells let a slower engine hold a larger batch
 #       (docs/capture-sizes.md, "Lease 8")
@@ -67,10 +72,11 @@ py="${GM_PYTHON:-python3}"
 [ ${#cases[@]} -ge 1 ] && [ ${#cases[@]} -le 3 ] || { echo "give 1 to 3 cases per chain" >&2; exit 2; }
 for c in "${cases[@]}"; do
   IFS=: read -r shape kind budget <<< "$c"
-  case "${kind:-loads}" in loads|long|fixed|low) ;; *) echo "case $c: KIND is loads, long, fixed or low" >&2; exit 2;; esac
+  case "${kind:-loads}" in loads|long|long-decode|fixed|low) ;;
+    *) echo "case $c: KIND is loads, long, long-decode, fixed or low" >&2; exit 2;; esac
   [ -f "models/shapes/$shape.json" ] || { echo "case $c: no models/shapes/$shape.json" >&2; exit 2; }
 done
-case_name() { IFS=: read -r s k _ <<< "$1"; [ "${k:-loads}" = long ] && echo "$s-long" || echo "$s"; }
+case_name() { IFS=: read -r s k _ <<< "$1"; case "${k:-loads}" in long|long-decode) echo "$s-long";; *) echo "$s";; esac; }
 
 if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/null; }; then
   . bench/gpu/preflight.sh && gm_preflight "${GM_SITE:-/tmp/site}" "$py" src || exit 3
@@ -95,13 +101,16 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
     if [ -f "$seed/$tag-$n.sqlite" ] && [ ! -f "$work/$tag-$n.sqlite" ]; then
       cp "$seed/$tag-$n.sqlite" "$work/$tag-$n.sqlite" && echo "seeded $tag-$n.sqlite from $seed"
       for w in cap-low-r2 cap-high-r32 cap-long-c768; do
-        rec=$(find "$seed_recs" -name "rec-$n-$w.json" 2>/dev/null | sort | tail -n 1)
+        # the newest whose dataset is this tag's: cap-h200 and cap-h200-as4 answers share a file name
+        rec=$(find "$seed_recs" -name "rec-$n-$w.json" 2>/dev/null | sort \
+          | while read -r f; do grep -qF "/$tag-$n.sqlite\"" "$f" && echo "$f"; done | tail -n 1)
         if [ -n "$rec" ] && [ ! -s "$work/rec-$n-$w.json" ]; then cp "$rec" "$work/rec-$n-$w.json" && echo "seeded $rec"; fi
       done
     fi
   done
   cp bench/capture_sizes.py bench/capture_table.py bench/race_windows.py bench/grids/capture-sizes.yaml "$work/"
-  printf '%q ' "$@" > "$work/race-options"
+  # printf %q of no arguments writes '' (an empty argument after eval): vllm serve then fails on it (exit 2)
+  if [ $# -gt 0 ]; then printf '%q ' "$@"; fi > "$work/race-options"
   echo "$tag" > "$work/tag"
   echo "${GM_SITE:-/tmp/site}" > "$work/site"
   echo "$py" > "$work/python"
@@ -119,7 +128,7 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
     log() { echo "$(date -u +%FT%TZ) $*" >>"$work/chain.out"; }
     for c in "$@"; do
       IFS=: read -r shape kind budget <<< "$c"; kind="${kind:-loads}"
-      name="$shape"; [ "$kind" = long ] && name="$shape-long"
+      name="$shape"; case "$kind" in long|long-decode) name="$shape-long";; esac
       ds="$work/$tag-$name.sqlite"; logs="$work/logs-$name"; out="$work/case-$name.out"
       mkdir -p "$work/model-$shape" "$logs"; cp "$work/shapes/$shape.json" "$work/model-$shape/config.json"
       args=(--model "$work/model-$shape" --load-format dummy --skip-tokenizer-init --max-model-len 4096)
@@ -127,15 +136,22 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
       if [ "$kind" = long ]; then
         args+=(--max-num-seqs 1024); seqs=1024; loads=(cap-long-c768); arms=(long); kv=12G
         race=(--cell-s 5 --cell-warmup-s 8 --race-metrics tpot_p50,itl_p50)
+      elif [ "$kind" = long-decode ]; then
+        # 768 x (64 + 384) tokens = 344,064 must fit each engine s KV cache, or the faster arm preempts and runs a
+        # smaller batch (lease 12: 20G held 163,840 tokens on the 8B); 2 x (15 + 44) GiB fits the H200. Four load
+        # processes: one was at 0.96 cores at 768 streams and timed gaps of ~0 (ITL p50 0.02 ms)
+        args+=(--max-num-seqs 1024); seqs=1024; loads=(cap-long-c768); arms=(long); kv=44G
+        race=(--cell-s 4 --cell-warmup-s 3 --race-metrics tpot_p50,itl_p50 --loadgen-processes 4)
       elif [ "$kind" = low ]; then
         seqs=256; loads=(cap-low-r2); arms=(low); kv=8G; race=()
       else
         seqs=256; loads=(cap-low-r2 cap-high-r32); arms=(low high); kv=8G; race=()
       fi
       racew=("${loads[@]}"); [ "$kind" = fixed ] && racew=(cap-low-c1 cap-high-c48)
+      [ "$kind" = long-decode ] && racew=(cap-long-d768s)
       # lease 10: the 8B fixed race spent 7.1 GPU-min on its compile wave and first start (8 rounds), then
       # 5.2 on the restart wave and 13 rounds before both arms settled: 12.3 for two starts a side
-      [ -z "$budget" ] && { [ "$kind" = fixed ] && budget=13 || budget=7; }
+      [ -z "$budget" ] && case "$kind" in fixed) budget=13;; long-decode) budget=10;; *) budget=7;; esac
       prof=("$py" -m graphmode.profiling profile --grid "$grid" --modes FULL_AND_PIECEWISE --dataset "$ds"
             --resume --port 8300 --log-dir "$logs" --vllm-cmd "$vcmd")
       log "$name: a. profile the default list (${loads[*]})"

@@ -40,7 +40,8 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
     ds="$work/$tag-$shape.sqlite"
     [ -f "$ds" ] || { [ -f "models/profiles/$tag-$shape.sqlite" ] && cp "models/profiles/$tag-$shape.sqlite" "$ds"; }
   done
-  printf '%q ' "$@" > "$work/race-options"
+  # printf %q of no arguments writes '' (an empty argument after eval): vllm serve then fails on it (exit 2)
+  if [ $# -gt 0 ]; then printf '%q ' "$@"; fi > "$work/race-options"
   echo "$tag" > "$work/race-tag"
   echo "${GM_SITE:-/tmp/site}" > "$work/race-site"
   # shellcheck disable=SC2016

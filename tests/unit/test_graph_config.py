@@ -500,3 +500,18 @@ def test_the_capture_answer_says_what_spec_decoding_does_to_the_list() -> None:
     assert any("multiples of 4" in n and "49 for the default list" in n for n in out.capture.notes)
     plain = complete(ans, step_sizes=StepSizes.model_validate_json(STEPS))
     assert plain.capture is not None and plain.capture.decode_graph_sizes is None
+
+
+def test_step_sizes_from_several_api_servers_scale_with_the_deployment_args() -> None:
+    from graphmode.core.records import StepSizes
+    from graphmode.selector.graphconfig import complete
+    from graphmode.selector.recommend import Recommender
+
+    rec = Recommender.load(MODELS, None)
+    ans = rec.recommend(WorkloadDescription(rate=2, input_tokens=64, output_tokens=64), None)
+    # a live window of a deployment with four API servers at 768 running: each server counts ~192 a step
+    steps = StepSizes(le=[64.0, 128.0, 256.0, 512.0], steps=[0.0, 4.0, 352.0, 0.0, 0.0], running={768: 9})
+    four = complete(ans, step_sizes=steps, vllm_args=["--max-num-seqs", "1024", "--api-server-count", "4"])
+    one = complete(ans, step_sizes=steps, vllm_args=["--max-num-seqs", "1024"])
+    assert four.capture is not None and one.capture is not None
+    assert max(four.capture.sizes) >= 768 > max(one.capture.sizes)

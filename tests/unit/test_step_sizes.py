@@ -79,7 +79,8 @@ def test_step_sizes_stored_per_cell_and_old_datasets_migrate(tmp_path: Path) -> 
         store.append(record(step_sizes=steps), "h")
         rows = store.rows()
     assert all(step_sizes_of(r) is None for r in rows[: len(before)])
-    assert step_sizes_of(rows[-1]) == steps
+    # one API server (no --api-server-count in the row): the histogram is already per engine step
+    assert step_sizes_of(rows[-1]) == steps.model_copy(update={"api_servers": 1})
     assert step_sizes_of({"step_sizes": "{not json"}) is None
 
 
@@ -88,3 +89,53 @@ def test_readonly_old_dataset_reads_without_the_column(readonly: bool) -> None:
     with ProfileStore(FIXTURES / "profile-cpu.sqlite", readonly=readonly) as store:
         rows = store.rows()
     assert rows and all(step_sizes_of(r) is None for r in rows)
+
+
+# Four API servers at 768 running, as the H200 showed them (vLLM 0.33, 2026-12-04): each server's logger records
+# its own requests' share of every step, ~192 tokens, and /metrics pools the four: ~4 observations a step.
+FOUR = StepSizes(le=[64.0, 128.0, 256.0, 512.0], steps=[0.0, 4.0, 352.0, 0.0, 0.0], running={768: 8, 755: 1},
+                 api_servers=4)
+
+
+def test_compute_step_sizes_keeps_the_histogram_and_splits_on_the_step_scale() -> None:
+    edges = [64.0, 128.0, 256.0, 512.0, float("inf")]
+    a = _snap(0.0, 768, [(e, 0.0) for e in edges], 0.0)
+    b = _snap(1.0, 768, [(64.0, 0.0), (128.0, 4.0), (256.0, 356.0), (512.0, 356.0), (float("inf"), 356.0)], 356.0)
+    raw = compute_step_sizes([a, b], api_servers=4)
+    assert raw is not None and raw.api_servers == 4
+    assert raw.le == [64.0, 128.0, 256.0, 512.0] and raw.steps == [0.0, 4.0, 352.0, 0.0, 0.0]  # as observed
+    # per step: (512, 1024] holds 88 of 89 steps, at most 768 tokens: decode-only is possible for all of them
+    assert raw.decode_steps == pytest.approx(89.0) and raw.mixed_steps == 0.0
+    one = compute_step_sizes([a, b])
+    assert one is not None and one.api_servers is None
+
+
+def test_per_engine_step_scales_edges_and_counts_once() -> None:
+    per = FOUR.per_engine_step()
+    assert per.le == [256.0, 512.0, 1024.0, 2048.0] and per.steps == [0.0, 1.0, 88.0, 0.0, 0.0]
+    assert per.api_servers == 1 and per.running == FOUR.running
+    assert per.n_steps == pytest.approx(FOUR.n_steps / 4)
+    assert per.per_engine_step(4) == per  # already per step: a deployment's count does not scale it again
+    unknown = FOUR.model_copy(update={"api_servers": None})
+    assert unknown.per_engine_step(4) == per  # the deployment's --api-server-count fills the gap
+    assert unknown.per_engine_step().le == FOUR.le  # unknown and not given: one server
+    with pytest.raises(ValueError):
+        StepSizes(le=[1.0], steps=[1.0], api_servers=0)
+
+
+def test_rows_from_several_api_servers_read_per_engine_step() -> None:
+    legacy = FOUR.model_copy(update={"api_servers": None}).model_dump_json(exclude={"api_servers"})
+    assert "api_servers" not in legacy  # rows written before the field
+    steps = step_sizes_of({"step_sizes": legacy, "dep_api_server_count": 4})
+    assert steps is not None and steps.le == [256.0, 512.0, 1024.0, 2048.0] and steps.api_servers == 1
+    assert step_sizes_of({"step_sizes": legacy, "dep_api_server_count": None}).le == FOUR.le  # type: ignore[union-attr]
+
+
+def test_chooser_reads_several_api_servers_per_step() -> None:
+    from graphmode.selector.capture import choose_capture_sizes
+
+    per = choose_capture_sizes(FOUR, max_num_seqs=1024)
+    raw = choose_capture_sizes(FOUR.model_copy(update={"api_servers": 1}), max_num_seqs=1024)
+    # the steps are ~768 tokens: the answer reaches past vLLM's default 512, where the quarter-scale reading
+    # stopped at the (128, 256] bucket
+    assert max(per.sizes) >= 768 > max(raw.sizes)

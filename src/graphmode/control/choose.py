@@ -369,7 +369,9 @@ def _capture_for(mode: str, step_sizes: Mapping[str, Any], vllm_args: Sequence[s
     except ValidationError as exc:
         notes.append(f"saved step sizes unusable ({exc.errors()[0]['msg']}): vLLM's default capture sizes")
         return None
-    ans = choose_capture_sizes(steps, mode=mode, max_num_seqs=int_flag(vllm_args, "--max-num-seqs") or 256,
+    servers = int_flag(vllm_args, "--api-server-count", "-asc", "--api_server_count")
+    ans = choose_capture_sizes(steps.per_engine_step(servers), mode=mode,
+                               max_num_seqs=int_flag(vllm_args, "--max-num-seqs") or 256,
                                max_num_batched_tokens=int_flag(vllm_args, "--max-num-batched-tokens"))
     notes.extend(ans.notes)
     return capture_keys(ans) if ans.sizes != ans.default_sizes else None

@@ -118,14 +118,18 @@ def flatten(record: CellRecord, workload_hash: str) -> dict[str, Any]:
 
 
 def step_sizes_of(row: dict[str, Any]) -> StepSizes | None:
-    """The :class:`StepSizes` a dataset row holds; ``None`` for rows from before the column or unreadable JSON."""
+    """The :class:`StepSizes` a dataset row holds, as tokens per engine step (:meth:`StepSizes.per_engine_step`,
+    with the row's --api-server-count where the histogram does not say: rows from before 2026-12-04);
+    ``None`` for rows from before the column or unreadable JSON."""
     raw = row.get("step_sizes")
     if not raw:
         return None
     try:
-        return StepSizes.model_validate_json(raw)
+        steps = StepSizes.model_validate_json(raw)
     except ValueError:
         return None
+    servers = row.get("dep_api_server_count")
+    return steps.per_engine_step(servers if isinstance(servers, int) and servers >= 1 else None)
 
 
 class ProfileStore:

@@ -79,7 +79,7 @@ import statistics
 from collections import deque
 from collections.abc import Iterator, Sequence
 
-from graphmode.core.records import ObservedFeatures, StepSizes
+from graphmode.core.records import ObservedFeatures, StepSizes, split_decode_mixed
 from graphmode.profiling.metrics import Histogram, MetricsSnapshot
 
 
@@ -145,8 +145,13 @@ def compute_features(snapshots: Sequence[MetricsSnapshot]) -> ObservedFeatures:
     )
 
 
-def compute_step_sizes(snapshots: Sequence[MetricsSnapshot]) -> StepSizes | None:
-    """The :class:`StepSizes` of ``snapshots`` (see the module docstring), ``None`` without a histogram Δ."""
+def compute_step_sizes(snapshots: Sequence[MetricsSnapshot], api_servers: int | None = None) -> StepSizes | None:
+    """The :class:`StepSizes` of ``snapshots`` (see the module docstring), ``None`` without a histogram Δ.
+
+    ``api_servers`` (vLLM's --api-server-count, when known) is kept with the histogram as observed: each
+    server counts its own requests' share of a step (:meth:`StepSizes.per_engine_step`); the decode/mixed
+    split is taken on the per-step scale.
+    """
     window = since_last_reset(sorted(snapshots, key=lambda s: s.t))
     if len(window) < 2:
         return None
@@ -170,13 +175,10 @@ def compute_step_sizes(snapshots: Sequence[MetricsSnapshot]) -> StepSizes | None
         if s.num_requests_running is not None:
             key = round(s.num_requests_running)
             running[key] = running.get(key, 0) + 1
-    decode = mixed = None
-    if running and max(running) > 0:
-        batch_max = max(running)
-        lowers = [0.0, *le]
-        mixed = math.fsum(n for lower, n in zip(lowers, steps, strict=True) if lower >= batch_max)
-        decode = math.fsum(steps) - mixed
-    return StepSizes(le=le, steps=steps, running=running, decode_steps=decode, mixed_steps=mixed)
+    n = api_servers if api_servers and api_servers > 1 else 1
+    decode, mixed = split_decode_mixed([e * n for e in le], [c / n for c in steps], running)
+    return StepSizes(le=le, steps=steps, running=running, decode_steps=decode, mixed_steps=mixed,
+                     api_servers=api_servers)
 
 
 class FeatureWindow:

@@ -45,7 +45,7 @@ from graphmode.profiling.stats import (
     deadline_diagnosis,
     fixed_cell_requests,
 )
-from graphmode.vllm_args import compilation_config_of, model_arg, without_flags
+from graphmode.vllm_args import compilation_config_of, get_flag, model_arg, without_flags
 
 DEFAULT_VOCAB = 1000  # safe for any real tokenizer when config.json is not readable
 
@@ -333,8 +333,16 @@ class Profiler:
             reason=reason, started_at=started, finished_at=time.time(), features=features,
             latency=latency, startup=startup, fingerprint=fingerprint,
             gpu_mem_used_gib_max=mem_max, gpu_mem_used_gib_mean=mem_mean, conditions=conditions,
-            step_sizes=compute_step_sizes(window),
+            step_sizes=compute_step_sizes(window, api_servers=self._api_servers()),
         )
+
+    def _api_servers(self) -> int | None:
+        """vLLM's --api-server-count in this profile's args: each server's histogram holds its share of a step."""
+        raw = get_flag(self.config.vllm_args, "--api-server-count", "-asc", "--api_server_count")
+        try:
+            return int(raw) if raw is not None and int(raw) >= 1 else None
+        except ValueError:
+            return None
 
     def shards(self) -> LoadShards | None:
         """The load-generator processes (started at first use), or None for the one-process path."""

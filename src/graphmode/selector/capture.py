@@ -545,6 +545,8 @@ def choose_capture_sizes(
     """
     if not 0 < coverage <= 1:
         raise ValueError(f"coverage must be in (0, 1], got {coverage}")
+    if steps is not None:
+        steps = steps.per_engine_step()
     budget = budget or CaptureBudget()
     if always_keep is not None and budget.always_keep is not None and set(always_keep) != set(budget.always_keep):
         raise ValueError(f"always_keep {list(always_keep)} disagrees with the budget's {budget.always_keep}: "

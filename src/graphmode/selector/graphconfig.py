@@ -76,8 +76,10 @@ def complete(rec: Recommendation, *, step_sizes: StepSizes | None = None, vllm_a
             except (DatasetError, ModelError, OSError) as exc:
                 notes.append(f"capture costs unavailable ({exc}): sizes chosen without predicted seconds or GiB")
         kv = kv_bytes_per_token(served_config) if served_config else None
+        # several API servers: the histogram holds each one's share of a step
+        servers = int_flag(vllm_args, "--api-server-count", "-asc", "--api_server_count")
         capture = choose_capture_sizes(
-            step_sizes, mode=mode, max_num_seqs=int_flag(vllm_args, "--max-num-seqs") or 256,
+            step_sizes.per_engine_step(servers), mode=mode, max_num_seqs=int_flag(vllm_args, "--max-num-seqs") or 256,
             max_num_batched_tokens=int_flag(vllm_args, "--max-num-batched-tokens"), budget=budget, costs=costs,
             kv_bytes_per_token=kv)
         capture.excluded_modes = blocked
