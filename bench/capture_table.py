@@ -202,7 +202,9 @@ def _pair(d: Starts, c: Starts, col: str, fmt: str) -> str:
 
 def _decision(d: Decision) -> str:
     if d.ratio is None:
-        return f"{d.verdict} (n={d.n})"
+        # a metric the workload never yields (TTFT in steady-decode cells: no request starts inside one)
+        # is not a question the race left open
+        return "not measured (n=0)" if d.n == 0 else f"{d.verdict} (n={d.n})"
     ci = f" [{d.lo:.3f}–{d.hi:.3f}]" if d.lo is not None and d.hi is not None else ""
     since = f" (since then {d.since})" if d.since else ""
     return f"{d.verdict} {d.ratio:.3f}×{ci} n={d.n}{since}"

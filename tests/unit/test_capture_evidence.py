@@ -41,16 +41,21 @@ def test_no_race_of_a_list_is_no_evidence(tmp_path: Path) -> None:
 
 
 def test_the_bundled_033_model_says_the_1b_short_lists_latency_is_not_shown() -> None:
-    """Lease 8's race (four engines a list, 13 rounds): every verdict open, and the answer says so rather
-    than letting the start-up savings read as 'latency unchanged'."""
+    """Lease 8's race (four engines a list, 13 rounds) and the same list's closed-loop race: every verdict
+    open, and the answer says so rather than letting the start-up savings read as 'latency unchanged'."""
     config = json.loads((ROOT / "models" / "shapes" / "llama-3.2-1b.json").read_text())
     ev = evidence_for(MODEL_033, [1, 2, 4, 8, 256, 512], config)
     assert ev is not None and ev.similarity == 1.0 and ev.race.endswith("race-254d1a2f0467")
-    assert {v.workload for v in ev.verdicts} == {"cap-low-r2", "cap-high-r32"}
+    assert [r.rsplit(":", 1)[-1] for r in ev.races] == ["race-254d1a2f0467", "race-d6fd90d697b3"]
+    assert {v.workload for v in ev.verdicts} == {"cap-low-r2", "cap-high-r32", "cap-low-c1", "cap-high-c48"}
     assert all(v.verdict == "undecided" for v in ev.verdicts)
     assert next(v.n for v in ev.verdicts if v.workload == "cap-low-r2") == 7
     note = ev.note()
-    assert note.index("at 2.29 req/s") < note.index("at 31.9 req/s")  # slowest load first
+    # closed loop first, then the slowest open load; each race's pooled verdict named by its race
+    assert note.index("at 1 in flight") < note.index("at 48 in flight") < note.index("at 2.29 req/s") \
+        < note.index("at 31.9 req/s")
+    assert "over race-254d1a2f0467's 2 workloads" in note and "over race-d6fd90d697b3's 2 workloads" in note
+    assert "prompt" not in note  # every workload 256 + 256 tokens: lengths would tell nothing apart
     assert "No latency effect shown either way" in note
 
 
@@ -67,3 +72,36 @@ def test_the_bundled_033_model_says_the_8b_bounded_list_raced_equivalent_closed_
     note = ev.note()
     assert note.index("over its 2 workloads: itl_p50 1.00") < note.index("at 1 in flight") < note.index("at 48 in")
     assert "No latency effect" not in note
+
+
+def test_every_race_of_the_8b_long_list_counts_and_says_how_it_ran() -> None:
+    """Leases 11-13 raced one list to 1024 (four API servers, 768 in flight) three times: mixed steps
+    (48 output tokens, undecided), steady decode with the list arm preempting (768 tokens) and steady
+    decode with room (384 tokens, better 0.73x TPOT). Naming only the race with the most rounds would have
+    said no effect was shown."""
+    config = json.loads((ROOT / "models" / "shapes" / "llama-3.1-8b.json").read_text())
+    chosen = [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 120, 144, 176, 216, 264, 323, 385, 456, 571, 692, 699,
+              707, 714, 721, 727, 737, 748, 761, 768, 824, 1024]
+    ev = evidence_for(MODEL_033, chosen, config)
+    assert ev is not None and len(ev.races) == 3 and ev.race.endswith("race-13bf34d4626d")  # most rounds (24)
+    tpot = {v.output_tokens: v for v in ev.verdicts if v.metric == "tpot_p50"}
+    assert set(tpot) == {48.0, 384.0, 768.0}
+    assert tpot[48.0].verdict == "undecided" and tpot[384.0].verdict == "better" and tpot[768.0].verdict == "better"
+    assert tpot[384.0].ratio is not None and 0.70 < tpot[384.0].ratio < 0.76 and tpot[384.0].n == 12
+    assert tpot[384.0].preemptions is None and tpot[768.0].preemptions is not None
+    mine, default = tpot[768.0].preemptions
+    assert mine > 100 > default
+    note = ev.note()
+    assert note.index("48 output tokens") < note.index("384 output tokens") < note.index("768 output tokens")
+    assert "preempting (" in note and "No latency effect" not in note
+
+
+def test_a_burst_read_itl_is_no_ratio() -> None:
+    """The 0.5B's lease-12 round read ITL p50 0.017 ms (the client read in bursts): not a ratio of 0.000."""
+    config = json.loads((ROOT / "models" / "shapes" / "qwen2.5-0.5b.json").read_text())
+    chosen = [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 197, 216, 264, 328, 408, 507, 617, 684,
+              714, 737, 758, 768, 824, 1024]
+    ev = evidence_for(MODEL_033, chosen, config)
+    assert ev is not None and ev.similarity == 1.0
+    d768 = [v for v in ev.verdicts if v.output_tokens == 768.0]
+    assert [v.metric for v in d768] == ["tpot_p50"] and "0.000x" not in ev.note() and "1 round:" in ev.note()

@@ -152,3 +152,12 @@ def test_busiest_process_names_the_process_most_cells_had_busiest() -> None:
     assert mod.busiest_process([{"engine_busiest_cores": 0.9}]) == "vLLM 0.90"
     root = {"engine_busiest_process": "python3", "engine_busiest_cores": 0.83}
     assert mod.busiest_process([root]) == "API server 0.83"
+
+
+def test_a_metric_no_cell_yields_reads_not_measured() -> None:
+    """Steady-decode cells (lease 13) start no request inside a cell, so TTFT has no pairs: the table says so
+    instead of calling it undecided; a metric with a few rounds and no ratio stays undecided."""
+    mod = _load()
+    assert mod._decision(mod.Decision("undecided", 0, None, None, None, "no rounds")) == "not measured (n=0)"
+    assert mod._decision(mod.Decision("undecided", 1, None, None, None, "one round")) == "undecided (n=1)"
+    assert mod._decision(mod.Decision("better", 12, 0.73, 0.582, 0.915, "")) == "better 0.730× [0.582–0.915] n=12"

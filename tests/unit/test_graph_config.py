@@ -515,3 +515,27 @@ def test_step_sizes_from_several_api_servers_scale_with_the_deployment_args() ->
     one = complete(ans, step_sizes=steps, vllm_args=["--max-num-seqs", "1024"])
     assert four.capture is not None and one.capture is not None
     assert max(four.capture.sizes) >= 768 > max(one.capture.sizes)
+
+
+def test_watch_reads_a_live_window_per_engine_step_with_the_deployments_api_servers() -> None:
+    """watch's capture step (policy.capture_decision) gets a live window with no server count: four API
+    servers at 768 running read ~192 tokens a step, four times. Read so, the default list to 512 graphs
+    every step and nothing changes; per engine step (the deployment's --api-server-count) every step is
+    768 tokens, eager under the default list, and the new list takes it (H200 lease 13: TPOT 0.73x)."""
+    from graphmode.control.policy import Advice, capture_decision
+    from graphmode.core.records import StepSizes
+
+    steps = StepSizes(le=[64.0, 128.0, 256.0, 512.0], steps=[0.0, 4.0, 352.0, 0.0, 0.0], running={768: 9})
+    advice = Advice(best="FULL_AND_PIECEWISE", scores={"NONE": 0.045, "FULL_AND_PIECEWISE": 0.030},
+                    direction="min", ties=(), noise={}, startup_s={})
+    policy = Policy(PolicyConfig(min_dwell_s=0, cooldown_s=0, min_gain=0.05, horizon_s=1800), clock=lambda: 1e4)
+    base = ["--model", "m", "--max-num-seqs", "1024"]
+    four, new_args = capture_decision(policy, PolicyState(), "FULL_AND_PIECEWISE", [*base, "--api-server-count", "4"],
+                                      steps, advice, rate=50.0, startup_s=80.0)
+    assert four.switch and new_args is not None, four.reason
+    sizes = json.loads(new_args[new_args.index("--compilation-config") + 1])["cudagraph_capture_sizes"]
+    assert max(sizes) >= 768 and "+" in four.reason and "un-graphed penalty 0.50" in four.reason
+    assert four.numbers["gain"] == pytest.approx(0.5, abs=0.03)  # ~every step moves to a graph, penalty 0.5
+    one, _ = capture_decision(policy, PolicyState(), "FULL_AND_PIECEWISE", base, steps, advice, rate=50.0,
+                              startup_s=80.0)
+    assert not one.switch  # read as 192-token steps: the default list already graphs them

@@ -320,6 +320,11 @@ def capture_decision(policy: Policy, state: PolicyState, mode: str, vllm_args: l
 
     seqs = int_flag(vllm_args, "--max-num-seqs") or 256
     tokens = int_flag(vllm_args, "--max-num-batched-tokens")
+    # a live window does not know how many API servers pooled its histogram; the deployment's args do, and
+    # both lists must be read on the same per-engine steps (four servers: a step of 768 shows as 4 x 192)
+    servers = int_flag(vllm_args, "--api-server-count", "-asc", "--api_server_count")
+    if steps is not None:
+        steps = steps.per_engine_step(servers)
     current = user_capture_sizes(vllm_args) or default_capture_sizes(seqs, tokens)
     answer = choose_capture_sizes(steps, mode=mode, max_num_seqs=seqs, max_num_batched_tokens=tokens)
     # The current list's graphed share on the same distribution (it may be the user's, not the default).

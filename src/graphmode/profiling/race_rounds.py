@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphmode.core.modes import DEFAULT_MODE
+from graphmode.core.records import ITL_FLOOR_S
 from graphmode.profiling.sequential import (
     ONE_BLOCK,
     BetweenStarts,
@@ -49,7 +50,9 @@ class RoundTable:
         """*excluded*: the cell ran, but its values measure something else (a JIT compile): it keeps its
         round and pairs with nothing."""
         clean = {} if excluded else {
-            m: float(v) for m, v in values.items() if v is not None and math.isfinite(v) and v > 0}
+            m: float(v) for m, v in values.items() if v is not None and math.isfinite(v) and v > 0
+            # rows written before such quantiles were withheld (records.ITL_FLOOR_S): a client artifact
+            and not (m.startswith("itl_") and v < ITL_FLOOR_S)}
         self.cells[(arm, round_)] = (workload, clean)
         self.starts[(arm, round_)] = start or ""
 

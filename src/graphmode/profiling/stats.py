@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.stats
 
-from graphmode.core.records import LatencyStats
+from graphmode.core.records import ITL_FLOOR_S, LatencyStats
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -95,14 +95,18 @@ def fixed_cell_requests(results: Sequence[RequestResult], t0: float, warmup_s: f
 
 def _latency_percentiles(ttfts: Sequence[float], itls: Sequence[float], tpots: Sequence[float],
                          e2es: Sequence[float]) -> dict[str, float | None]:
+    def itl(q: float) -> float | None:
+        v = percentile(itls, q)
+        return None if v is not None and v < ITL_FLOOR_S else v
+
     return {
         "ttft_p50": percentile(ttfts, 50),
         "ttft_p90": percentile(ttfts, 90),
         "ttft_p99": percentile(ttfts, 99),
         "ttft_mean": float(np.mean(ttfts)) if ttfts else None,
-        "itl_p50": percentile(itls, 50),
-        "itl_p90": percentile(itls, 90),
-        "itl_p99": percentile(itls, 99),
+        "itl_p50": itl(50),
+        "itl_p90": itl(90),
+        "itl_p99": itl(99),
         "itl_mean": float(np.mean(itls)) if itls else None,
         "tpot_p50": percentile(tpots, 50),
         "e2e_p50": percentile(e2es, 50),
@@ -174,7 +178,8 @@ def median_ci_rel(values: Sequence[float], min_n: int = 6) -> float | None:
 
 
 def batch_median_ci_rel(times: Sequence[float], values: Sequence[float], t_lo: float, t_hi: float,
-                        batch_s: float = 0.5, min_per_batch: int = 5, min_batches: int = 3) -> float | None:
+                        batch_s: float = 0.5, min_per_batch: int = 5, min_batches: int = 3,
+                        floor: float = 0.0) -> float | None:
     """Relative 95% CI half-width of a pooled median by batch means over time sub-windows.
 
     Inter-token gaps are not independent (every sequence in a batch shares one step time), so the
@@ -196,7 +201,7 @@ def batch_median_ci_rel(times: Sequence[float], values: Sequence[float], t_lo: f
     if len(meds) < min_batches:
         return None
     center = float(np.median(v[(t >= t_lo) & (t <= t_hi)]))
-    if center <= 0:
+    if center <= floor:
         return None
     k = len(meds)
     return float(t975(k - 1) * np.std(meds, ddof=1) / np.sqrt(k) / center)
@@ -250,7 +255,7 @@ def aggregate_window(results: Sequence[RequestResult], t_lo: float, t_hi: float,
         sent_input_tokens_mean=float(np.mean([r.input_tokens for r in sent])) if sent else None,
         sent_output_tokens_mean=float(np.mean([r.max_tokens for r in sent])) if sent else None,
         first_error=errors[0][:500] if errors else None,
-        itl_p50_ci=batch_median_ci_rel(itl_t, itls, t_lo, t_hi),
+        itl_p50_ci=batch_median_ci_rel(itl_t, itls, t_lo, t_hi, floor=ITL_FLOOR_S),
         ttft_p50_ci=median_ci_rel(ttfts),
         tpot_p50_ci=median_ci_rel(tpots),
     )
@@ -305,7 +310,7 @@ class WindowMonitor:
         if len(meds) < min_batches or not self._itls:
             return None
         center = float(np.median(self._itls))
-        if center <= 0:
+        if center < ITL_FLOOR_S:  # zero, or a burst-read median: never "tight"
             return None
         k = len(meds)
         return float(t975(k - 1) * np.std(meds, ddof=1) / np.sqrt(k) / center)

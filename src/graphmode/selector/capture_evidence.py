@@ -11,7 +11,9 @@ Read from the model's datasets (its capture datasets hold the capture chain's ra
 ``race_capture_sizes``, paired with their race's default arm; verdicts by the race's own rule
 (:func:`graphmode.profiling.race_rounds.arm_verdicts`: paired per-round log ratios, t interval over start
 blocks, TOST at delta). A raced list counts when it shares at least :data:`MIN_SIMILARITY` of the union of
-sizes with the chosen one (Jaccard).
+sizes with the chosen one (Jaccard). Races of one list (same shape, mode and sizes) count as one list: on the
+H200 the 8B's list to 1024 was raced in mixed traffic (undecided) and in steady decode (0.73x TPOT, better),
+and an answer that named only the race with the most rounds would have said no effect was shown.
 """
 
 from __future__ import annotations
@@ -40,6 +42,13 @@ class WorkloadVerdict(BaseModel):
     rate: float | None = Field(None, description="the default's observed arrival rate in that race's cells, req/s")
     in_flight: int | None = Field(None, description="requests held in flight (a closed-loop workload); None: "
                                   "open loop, read its rate")
+    input_tokens: float | None = Field(None, description="the workload's mean prompt tokens (its spec)")
+    output_tokens: float | None = Field(None, description="the workload's mean output tokens (its spec): at one "
+                                        "number in flight, short outputs mean mixed steps, long ones steady decode")
+    race: str | None = Field(None, description="the race that measured it (dataset file:race id)")
+    preemptions: tuple[float, float] | None = Field(
+        None, description="mean preemptions a cell, (this list, the default), where either arm preempted: the "
+        "arms then ran different batches (H200 lease 12: 624 against 764 running), so the ratio is not the list's")
     metric: str
     verdict: str
     ratio: float | None = None
@@ -47,17 +56,30 @@ class WorkloadVerdict(BaseModel):
     hi: float | None = None
     n: int = 0
 
+    def where(self, tokens: bool = True) -> str:
+        """The load it was measured at, as the note says it (*tokens*: with its prompt and output lengths)."""
+        at = (f"{self.in_flight} in flight" if self.in_flight is not None
+              else f"{self.rate:.3g} req/s" if self.rate is not None else self.workload)
+        if tokens and self.input_tokens is not None and self.output_tokens is not None:
+            at += f" ({self.input_tokens:.0f} prompt, {self.output_tokens:.0f} output tokens)"
+        if self.preemptions is not None:
+            at += (f", preempting ({self.preemptions[0]:.0f} a cell, the default {self.preemptions[1]:.0f}: "
+                   "batches differ)")
+        return at
+
 
 class CaptureEvidence(BaseModel):
     """A raced list like the chosen one, and what its race measured against vLLM's default list."""
 
-    race: str
+    race: str = Field(description="the race of this list with the most rounds (dataset file:race id)")
+    races: list[str] = Field(default_factory=list, description="every race of this list, most rounds first")
     mode: str = Field(description="the mode both lists ran in")
     sizes: list[int]
     similarity: float = Field(description="Jaccard similarity of the raced and the chosen list")
-    verdicts: list[WorkloadVerdict]
+    verdicts: list[WorkloadVerdict] = Field(description="per raced workload and metric; where two races of the "
+                                            "list ran one workload, the one with more rounds")
     pooled: list[WorkloadVerdict] = Field(
-        default_factory=list, description="the race's own verdict per metric, over all its workloads (t over "
+        default_factory=list, description="each race's own verdict per metric, over all its workloads (t over "
         "start blocks where it has them): what the race acted on")
 
     def note(self) -> str:
@@ -71,12 +93,20 @@ class CaptureEvidence(BaseModel):
         for v in self.verdicts:
             by_workload[v.workload].append(v)
         parts = []
-        if self.pooled and len(by_workload) > 1:
-            parts.append(f"over its {len(by_workload)} workloads: " + ", ".join(one(v) for v in self.pooled))
-        for w, vs in by_workload.items():
-            at = (f"{vs[0].in_flight} in flight" if vs[0].in_flight is not None
-                  else f"{vs[0].rate:.3g} req/s" if vs[0].rate is not None else w)
-            parts.append(f"at {at}, {max(v.n for v in vs)} rounds: " + ", ".join(one(v) for v in vs))
+        races = self.races or [self.race]
+        for race in races:
+            # a race's pooled verdict says more than its workloads' only when it ran several
+            own = {v.workload for v in self.verdicts if v.race in (race, None)}
+            pooled = [v for v in self.pooled if v.race in (race, None)]
+            if pooled and len(own) > 1:
+                whose = "its" if len(races) == 1 else f"{race.rsplit(':', 1)[-1]}'s"
+                parts.append(f"over {whose} {len(own)} workloads: " + ", ".join(one(v) for v in pooled))
+        # lengths only where they tell the workloads apart (768 in flight: mixed steps or steady decode)
+        tokens = len({(v.input_tokens, v.output_tokens) for v in self.verdicts}) > 1
+        for vs in by_workload.values():
+            n = max(v.n for v in vs)
+            parts.append(f"at {vs[0].where(tokens)}, {n} round{'' if n == 1 else 's'}: "
+                         + ", ".join(one(v) for v in vs))
         shown = ", ".join(map(str, self.sizes)) if len(self.sizes) <= 12 else (
             f"{len(self.sizes)} sizes up to {self.sizes[-1]}")
         head = (f"latency, raced on this GPU for a list like this one ([{shown}], similarity "
@@ -139,27 +169,60 @@ def _raced_arms(versions: tuple[tuple[str, int, int], ...], model_config_hash: s
         defaults = [r for r in rows if r.get("race_arm") == DEFAULT_ARM]
         names = {str(r["workload"]) for r in rows}
         rates = {w: _mean(r.get("obs_arrival_rate") for r in defaults if r["workload"] == w) for w in names}
-        fixed = {w: _in_flight(next(r.get("workload_spec") for r in rows if r["workload"] == w)) for w in names}
-        workloads = sorted(names, key=lambda w: (fixed[w] is None, fixed[w] or 0, rates[w] is None, rates[w] or 0.0,
-                                                 w))  # closed loop first, then the slowest load
+        specs = {w: next(r.get("workload_spec") for r in rows if r["workload"] == w) for w in names}
+        fixed = {w: _in_flight(specs[w]) for w in names}
+        tokens = {w: _token_means(specs[w]) for w in names}
         lists = {str(r["race_arm"]): _sizes(r.get("race_capture_sizes")) for r in rows if r.get("race_capture_sizes")}
         for arm, sizes in sorted(lists.items()):
             if not sizes:
                 continue
-            v = arm_verdicts(table, arm, metrics, rule, workloads)
-            verdicts = [WorkloadVerdict(workload=w, rate=rates[w], in_flight=fixed[w], metric=m,
-                                        verdict=str(d.verdict), ratio=_round(d.ratio), lo=_round(d.lo),
-                                        hi=_round(d.hi), n=d.n)
-                        for w in workloads for m in metrics
+            v = arm_verdicts(table, arm, metrics, rule, sorted(names))
+            pre = {w: _preemptions(rows, arm, w) for w in names}
+            verdicts = [WorkloadVerdict(workload=w, rate=rates[w], in_flight=fixed[w], input_tokens=tokens[w][0],
+                                        output_tokens=tokens[w][1], race=key, preemptions=pre[w], metric=m,
+                                        verdict=str(d.verdict),
+                                        ratio=_round(d.ratio), lo=_round(d.lo), hi=_round(d.hi), n=d.n)
+                        for w in sorted(names) for m in metrics
                         if (d := v.by_workload.get((m, w))) is not None and d.n > 0]
-            pooled = [WorkloadVerdict(workload="pooled", metric=m, verdict=str(d.verdict), ratio=_round(d.ratio),
-                                      lo=_round(d.lo), hi=_round(d.hi), n=d.n)
+            pooled = [WorkloadVerdict(workload="pooled", race=key, metric=m, verdict=str(d.verdict),
+                                      ratio=_round(d.ratio), lo=_round(d.lo), hi=_round(d.hi), n=d.n)
                       for m in metrics if (d := v.pooled.get(m)) is not None and d.n > 0]
             if verdicts:
                 mode = str(rows[0].get("race_requested_mode") or rows[0].get("mode") or "FULL_AND_PIECEWISE")
-                out.append(CaptureEvidence(race=key, mode=mode, sizes=sizes, similarity=0.0, verdicts=verdicts,
-                                           pooled=pooled))
-    return tuple(out)
+                out.append(CaptureEvidence(race=key, races=[key], mode=mode, sizes=sizes, similarity=0.0,
+                                           verdicts=verdicts, pooled=pooled))
+    return tuple(_one_per_list(out))
+
+
+def _one_per_list(raced: list[CaptureEvidence]) -> list[CaptureEvidence]:
+    """Races of one list (mode and sizes; the caller keeps one shape) merged: every workload any of them ran,
+    each (workload, metric) from the race with the most rounds there."""
+    groups: dict[tuple[str, tuple[int, ...]], list[CaptureEvidence]] = defaultdict(list)
+    for ev in raced:
+        groups[(ev.mode, tuple(ev.sizes))].append(ev)
+    out = []
+    for evs in groups.values():
+        evs.sort(key=lambda e: -max(v.n for v in e.verdicts))
+        best: dict[tuple[str, str], WorkloadVerdict] = {}
+        for v in (v for e in evs for v in e.verdicts):
+            if (v.workload, v.metric) not in best or v.n > best[(v.workload, v.metric)].n:
+                best[(v.workload, v.metric)] = v
+        verdicts = sorted(best.values(), key=_load_order)
+        races = [e.race for e in evs]
+        used = {v.race for v in verdicts}
+        out.append(evs[0].model_copy(update={
+            "races": [r for r in races if r in used], "verdicts": verdicts,
+            "pooled": [p for e in evs if e.race in used for p in e.pooled]}))
+    return out
+
+
+def _load_order(v: WorkloadVerdict) -> tuple[Any, ...]:
+    """Closed loop first (fewest in flight, then the shortest outputs: mixed steps before steady decode),
+    then the slowest open load; metrics in the order asked. A closed loop's rate is the cap's, not a load."""
+    metric = EVIDENCE_METRICS.index(v.metric) if v.metric in EVIDENCE_METRICS else len(EVIDENCE_METRICS)
+    if v.in_flight is not None:
+        return (False, v.in_flight, v.output_tokens or 0.0, 0.0, v.workload, metric)
+    return (True, 0, v.rate is None, v.rate or 0.0, v.workload, metric)
 
 
 def _sizes(raw: Any) -> list[int] | None:
@@ -189,6 +252,33 @@ def _in_flight(spec: Any) -> int | None:
     if isinstance(cap, int) and cap > 0 and isinstance(rate, int | float) and rate >= CLOSED_LOOP_RATE:
         return cap
     return None
+
+
+def _preemptions(rows: Sequence[Mapping[str, Any]], arm: str, workload: str) -> tuple[float, float] | None:
+    """Mean ``obs_preemptions`` a cell of *arm* and of the default on *workload*; None when neither preempted."""
+    def mean(name: str) -> float:
+        got = [float(r["obs_preemptions"]) for r in rows if r.get("race_arm") == name and r["workload"] == workload
+               and isinstance(r.get("obs_preemptions"), int | float)]
+        return sum(got) / len(got) if got else 0.0
+
+    mine, base = mean(arm), mean(DEFAULT_ARM)
+    return (round(mine, 1), round(base, 1)) if mine > 0 or base > 0 else None
+
+
+def _token_means(spec: Any) -> tuple[float | None, float | None]:
+    """The mean prompt and output tokens of a workload spec (JSON: ``input`` / ``output`` ``{mean: ...}``)."""
+    try:
+        value = json.loads(spec) if isinstance(spec, str) else spec
+    except ValueError:
+        return None, None
+    if not isinstance(value, dict):
+        return None, None
+
+    def mean(part: Any) -> float | None:
+        m = part.get("mean") if isinstance(part, dict) else None
+        return float(m) if isinstance(m, int | float) and not isinstance(m, bool) else None
+
+    return mean(value.get("input")), mean(value.get("output"))
 
 
 def _mean(values: Any) -> float | None:
