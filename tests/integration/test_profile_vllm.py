@@ -71,14 +71,17 @@ def test_adaptive_cell_against_real_vllm(first_run: tuple[subprocess.CompletedPr
     assert 0.5 <= r["warmup_used_s"] <= 3.05  # one request lifetime, within [min_warmup_s, warmup_s]
     assert 2.0 <= r["duration_s"] <= 8.6
     assert r["n_err"] == 0 and r["n_sent"] > 0 and r["n_cut"] is not None
-    # Inter-token gaps as the client saw them add up to each request's time: their mean agrees with TPOT. The
-    # median is not checked: on this 2-core box vLLM binds its worker to one core and the API server, engine
-    # core and load generator share the other, so when the OS runs the client late it reads queued chunks
-    # back to back and the gaps' median collapses (a clean-clone CI on 2026-12-02: ITL p50 10 us against TPOT
-    # 5.2 ms), which says how busy the box was, not whether the accounting is right.
+    # Inter-token gaps as the client saw them add up to each request's time: their mean agrees with TPOT. On
+    # this 2-core box vLLM binds its worker to one core and the API server, engine core and load generator
+    # share the other, so the OS runs the client late and it finds several events queued in one read. Timed
+    # per SSE line, their gaps read ~0 and the median collapsed (clean-clone CI, 2026-12-02: ITL p50 10 us
+    # against TPOT 5.2 ms); timed per read they share the read's gap, so the median stays a real gap, and
+    # tokens per read say how often that happened (at least one, no bound: it is how busy the box was).
     assert r["itl_mean"] is not None and 0.5 * r["tpot_p50"] <= r["itl_mean"] <= 2 * r["tpot_p50"]
-    assert r["itl_p50"] is not None and 0 < r["itl_p50"] <= 2 * r["tpot_p50"]
-    assert r["chunk_tokens_mean"] is not None and r["chunk_tokens_mean"] < 1.5
+    assert r["itl_p50"] is not None and 0.1 * r["tpot_p50"] < r["itl_p50"] <= 2 * r["tpot_p50"]
+    assert r["chunk_tokens_mean"] is not None and r["chunk_tokens_mean"] >= 1
+    # vLLM's own mean ITL over the window, read from /metrics, agrees with the client's TPOT
+    assert r["server_itl_mean"] is not None and 0.5 * r["tpot_p50"] <= r["server_itl_mean"] <= 2 * r["tpot_p50"]
     assert r["ttft_p50_ci"] is not None and r["itl_p50_ci"] is not None
     if r["stopped_by"] == "ci":
         assert r["itl_p50_ci"] <= 0.05 and r["ttft_p50_ci"] <= 0.15

@@ -9,8 +9,8 @@ serves:
 * ``GET /health``, ``GET /version``, ``GET /v1/models``;
 * ``GET /metrics``: vLLM-style Prometheus text whose counters move as it serves
   (``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``, ``vllm:request_success_total``,
-  ``vllm:num_requests_running``/``waiting``, ``vllm:iteration_tokens_total`` and request-length
-  histograms, ``vllm:kv_cache_usage_perc``);
+  ``vllm:num_requests_running``/``waiting``, ``vllm:iteration_tokens_total``, request-length and
+  TTFT/ITL histograms, ``vllm:kv_cache_usage_perc``);
 * ``POST /v1/completions``: exactly ``max_tokens`` tokens, streamed as SSE chunks that carry
   ``token_ids``, then a usage chunk when ``stream_options.include_usage`` is set, then ``[DONE]``.
 
@@ -84,6 +84,7 @@ _CAPTURE = {
 }
 _ITER_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 _LEN_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]
+_SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
 _VOCAB = 1000
 
 
@@ -93,7 +94,7 @@ def log(source: str, file: str, msg: str, level: str = "INFO") -> None:
 
 
 class Hist:
-    def __init__(self, buckets: list[int]) -> None:
+    def __init__(self, buckets: list[float]) -> None:
         self.buckets = buckets
         self.counts = [0] * len(buckets)
         self.sum = 0.0
@@ -124,6 +125,8 @@ class Request:
         self.prefilled = False
         self.cancelled = False
         self.tokens: queue.Queue[int] = queue.Queue()
+        self.arrived_at = time.monotonic()
+        self.last_at: float | None = None
 
 
 class Engine:
@@ -144,6 +147,8 @@ class Engine:
         self.iteration_tokens = Hist(_ITER_BUCKETS)
         self.request_prompt = Hist(_LEN_BUCKETS)
         self.request_generation = Hist(_LEN_BUCKETS)
+        self.ttft = Hist(_SECONDS_BUCKETS)
+        self.itl = Hist(_SECONDS_BUCKETS)
         self.rng = random.Random(0)
         threading.Thread(target=self._loop, name="engine", daemon=True).start()
 
@@ -186,6 +191,7 @@ class Engine:
                 base = _STEP_S["NONE"]  # a decode step above the largest size: no graph
             time.sleep((base + _PER_TOKEN_S * cost) * self.step_scale)
             with self.cond:
+                now = time.monotonic()
                 self.iteration_tokens.observe(tokens)
                 self.prompt_tokens += prefill
                 for r in batch:
@@ -193,6 +199,12 @@ class Engine:
                     n = min(emits[id(r)], r.max_tokens - r.emitted)
                     self.generation_tokens += n
                     r.emitted += n
+                    # as vLLM's frontend does: one TTFT per request, then one gap per step that emitted
+                    if r.last_at is None:
+                        self.ttft.observe(now - r.arrived_at)
+                    else:
+                        self.itl.observe(now - r.last_at)
+                    r.last_at = now
                     for _ in range(n):
                         r.tokens.put(self.rng.randrange(10, _VOCAB))
                     if r.emitted >= r.max_tokens:
@@ -238,6 +250,8 @@ class Engine:
             lines += self.iteration_tokens.lines("vllm:iteration_tokens_total", labels)
             lines += self.request_prompt.lines("vllm:request_prompt_tokens", labels)
             lines += self.request_generation.lines("vllm:request_generation_tokens", labels)
+            lines += self.ttft.lines("vllm:time_to_first_token_seconds", labels)
+            lines += self.itl.lines("vllm:inter_token_latency_seconds", labels)
         return "\n".join(lines) + "\n"
 
 

@@ -399,7 +399,7 @@ def test_races_with_one_and_with_four_api_servers_pool_apart() -> None:
 
     rows: dict[str, list[dict[str, object]]] = {}
     for name in ("1b-high-concurrency", "1b-high-concurrency-as4", "1b-saturated-as4"):
-        with ProfileStore(MODELS / "profiles" / f"cfg-h200-vllm0.33-{name}.sqlite") as store:
+        with ProfileStore(MODELS / "profiles" / f"cfg-h200-vllm0.33-{name}.sqlite", readonly=True) as store:
             rows[name] = store.rows()
     servers = {name: {deployment_of_row(r).api_server_count for r in rs if r.get("race_arm")}
                for name, rs in rows.items()}

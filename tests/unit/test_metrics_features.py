@@ -25,6 +25,7 @@ from graphmode.profiling.features import (
     binned_cv,
     compute_features,
     counters_reset,
+    server_latency,
     since_last_reset,
 )
 from graphmode.profiling.metrics import Histogram, MetricsSnapshot, parse_metrics, scrape, scrape_sync
@@ -550,6 +551,34 @@ def test_histogram_count_going_down_is_a_reset() -> None:
     a = _snap(0.0, iteration=_hist(100, 10, (5, 8, 10, 10)))
     b = _snap(1.0, iteration=_hist(3, 1, (1, 1, 1, 1)))
     assert counters_reset(a, b)
+
+
+@needs_captures
+def test_server_latency_from_the_real_capture() -> None:
+    idle, loaded = parse_metrics(IDLE.read_text(), t=0.0), parse_metrics(AFTER_LOAD.read_text(), t=10.0)
+    itl, ttft = server_latency([loaded, idle])  # order does not matter
+    text = AFTER_LOAD.read_text()
+    assert itl == pytest.approx(_file_sum(text, "vllm:inter_token_latency_seconds_sum")
+                                / _file_sum(text, "vllm:inter_token_latency_seconds_count"))
+    assert ttft == pytest.approx(_file_sum(text, "vllm:time_to_first_token_seconds_sum")
+                                 / _file_sum(text, "vllm:time_to_first_token_seconds_count"))
+    assert 0 < itl < 1 and 0 < ttft < 5
+
+
+def test_server_latency_is_the_window_delta_after_a_reset() -> None:
+    def snap(t: float, prompt: float, itl: tuple[float, float], ttft: tuple[float, float] | None) -> MetricsSnapshot:
+        return MetricsSnapshot(t=t, prompt_tokens_total=prompt, inter_token_latency=Histogram(*itl),
+                               time_to_first_token=None if ttft is None else Histogram(*ttft))
+
+    # a restart between the first two (prompt tokens went down); after it, Δ = 1.2 s over 100 gaps and
+    # 0.2 s over 4 first tokens
+    snaps = [snap(0.0, 5000, (100.0, 1000), (50.0, 100)), snap(1.0, 10, (0.6, 60), (0.3, 6)),
+             snap(2.0, 20, (1.8, 160), (0.5, 10))]
+    itl, ttft = server_latency(snaps)
+    assert itl == pytest.approx(0.012) and ttft == pytest.approx(0.05)
+    assert server_latency(snaps[1:2]) == (None, None)  # one snapshot: no Δ
+    # no gap in the window, and a server without the TTFT histogram
+    assert server_latency([snap(0, 1, (1.0, 10), None), snap(1, 2, (1.0, 10), None)]) == (None, None)
 
 
 def test_binned_cv_edges() -> None:

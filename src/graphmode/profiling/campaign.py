@@ -417,7 +417,7 @@ def status_line(c: CampaignConfig, dataset: Path, race_out: str, rc: int) -> str
     rows: list[dict[str, Any]] = []
     if dataset.exists():
         try:
-            with ProfileStore(dataset) as store:
+            with ProfileStore(dataset, readonly=True) as store:
                 rows = store.rows()
         except Exception as exc:  # a broken dataset must not stop the chain
             return f"{c.name}: FAILED: cannot read {dataset.name}: {exc}"

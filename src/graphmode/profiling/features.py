@@ -53,6 +53,11 @@ Sample statistics (from the gauge samples in the window; work with a single snap
     * ``concurrency_mean``: mean of ``running + waiting`` over snapshots that have both.
     * ``kv_usage_mean``, ``kv_usage_max`` of the KV-cache usage fraction (0..1).
 
+Server-side latency (:func:`server_latency`, recorded per cell beside the client's figures; not features)
+    Same window. ``Δsum / Δcount`` of ``vllm:inter_token_latency_seconds`` and
+    ``vllm:time_to_first_token_seconds``: the mean ITL and TTFT as vLLM's frontend timed them, before the
+    HTTP stream and the load client. A client that fell behind reads gaps short or bunched; these do not.
+
 Step sizes (:func:`compute_step_sizes`, recorded per cell and fed to the capture-size chooser)
     Same window. ``le``/``steps``: the Δ of ``vllm:iteration_tokens_total``'s buckets, de-cumulated:
     ``steps[i]`` steps had ``le[i-1] < tokens <= le[i]`` (the first bucket starts at 0), and the last
@@ -143,6 +148,18 @@ def compute_features(snapshots: Sequence[MetricsSnapshot]) -> ObservedFeatures:
         spec_acceptance_rate=_ratio(d_accepted, d_draft_tokens) if has_deltas else None,
         spec_accept_length=None if accepted_per_draft is None else 1.0 + accepted_per_draft,
     )
+
+
+def server_latency(snapshots: Sequence[MetricsSnapshot]) -> tuple[float | None, float | None]:
+    """(mean ITL, mean TTFT) in seconds as vLLM timed them over the window: Δsum/Δcount of
+    ``vllm:inter_token_latency_seconds`` and ``vllm:time_to_first_token_seconds``; ``None`` each without
+    two snapshots after the last reset or without a token in the window."""
+    window = since_last_reset(sorted(snapshots, key=lambda s: s.t))
+    if len(window) < 2:
+        return None, None
+    first, last = window[0], window[-1]
+    return (_hist_mean(_hist_delta(first.inter_token_latency, last.inter_token_latency)),
+            _hist_mean(_hist_delta(first.time_to_first_token, last.time_to_first_token)))
 
 
 def compute_step_sizes(snapshots: Sequence[MetricsSnapshot], api_servers: int | None = None) -> StepSizes | None:

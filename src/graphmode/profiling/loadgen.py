@@ -10,7 +10,8 @@ is in flight then is cancelled and marked ``cut``, not counted as an error.
 The client is aiohttp, and a chunk's tokens are counted from its ``"token_ids":[...]`` list without
 parsing the JSON: at ~150 concurrent streams an httpx client parsing every chunk fell behind the
 server (chunks arrived coalesced, so pooled inter-token latency collapsed). JSON is parsed only when
-the fast path cannot answer.
+the fast path cannot answer. Tokens are timed per network read, not per SSE line: the events of one
+read arrived together, and ``chunk_tokens_mean`` > 1 says the client or server coalesced them.
 """
 
 from __future__ import annotations
@@ -76,6 +77,22 @@ def count_tokens(data: bytes) -> tuple[int, int | None]:
     return n, usage
 
 
+def read_events(lines: Sequence[bytes]) -> tuple[int, int | None, bool]:
+    """(tokens, completion_tokens from a usage block or None, whether ``[DONE]`` came) over SSE lines."""
+    n, usage = 0, None
+    for raw in lines:
+        if not raw.startswith(b"data:"):
+            continue
+        event = raw[5:].strip()
+        if event == b"[DONE]":
+            return n, usage, True
+        k, u = count_tokens(event)
+        n += k
+        if u is not None:
+            usage = u
+    return n, usage, False
+
+
 async def _one_request(session: aiohttp.ClientSession, url: str, model: str, plan: PlannedRequest,
                        result: RequestResult) -> None:
     start = time.perf_counter()
@@ -89,30 +106,36 @@ async def _one_request(session: aiohttp.ClientSession, url: str, model: str, pla
                 body = (await resp.read()).decode(errors="replace")
                 result.error = f"HTTP {resp.status}: {body[:300]}"
                 return
-            async for raw in resp.content:
-                if not raw.startswith(b"data:"):
-                    continue
-                data = raw[5:].strip()
-                if data == b"[DONE]":
-                    break
-                n, usage = count_tokens(data)
+            pending = b""
+            done = False
+            # One network read is one arrival: events read together reached the client together, so
+            # they share its gap. Read line by line, a client that fell behind timed the events of one
+            # read microseconds apart and pooled ITL collapsed toward zero (CPU CI, 2026-12-04).
+            async for data in resp.content.iter_any():
+                now = time.perf_counter()
+                *lines, pending = (pending + data).split(b"\n")
+                n, usage, done = read_events(lines)
                 if usage is not None:
                     usage_tokens = usage
-                if n == 0:
-                    continue
-                now = time.perf_counter()
-                if counted == 0:
-                    result.ttft = now - start
-                    result.first_at = now
-                else:
-                    # A chunk carrying k tokens spreads its gap over them, as the user saw them arrive.
-                    result.itls.extend([(now - last) / n] * n)
-                    result.itl_at.extend([now] * n)
-                result.chunk_at.append(now)
-                result.chunk_n.append(n)
-                counted += n
-                result.chunks += 1
-                last = now
+                if n:
+                    if counted == 0:
+                        result.ttft = now - start
+                        result.first_at = now
+                    else:
+                        # A read carrying k tokens spreads its gap over them, as the user saw them arrive.
+                        result.itls.extend([(now - last) / n] * n)
+                        result.itl_at.extend([now] * n)
+                    result.chunk_at.append(now)
+                    result.chunk_n.append(n)
+                    counted += n
+                    result.chunks += 1
+                    last = now
+                if done:
+                    break
+            if not done and pending.strip():  # a last event without its newline
+                _, usage, _ = read_events([pending])
+                if usage is not None:
+                    usage_tokens = usage
         result.done_at = time.perf_counter()
         result.e2e = result.done_at - start
         result.output_tokens = usage_tokens if usage_tokens is not None else counted

@@ -28,7 +28,7 @@ from graphmode.core.records import CellRecord, CellStatus, Fingerprint, RunCondi
 from graphmode.core.settings import Settings
 from graphmode.profiling.arrivals import PlannedRequest, plan_requests
 from graphmode.profiling.engine import VllmServer
-from graphmode.profiling.features import compute_features, compute_step_sizes
+from graphmode.profiling.features import compute_features, compute_step_sizes, server_latency
 from graphmode.profiling.gpu import MemorySampler, gpu_facts, pci_bus_id, process_gpu_gib
 from graphmode.profiling.grid import Workload
 from graphmode.profiling.hostload import counters, cpu_model, python_probe_ms, tree_pids, usage
@@ -320,6 +320,7 @@ class Profiler:
         latency.warmup_used_s = round(drive.t_measure - drive.t0, 3)
         window = [s for s in drive.snapshots if drive.t_measure <= s.t <= drive.t_end + self.config.scrape_interval_s]
         features = compute_features(window)
+        latency.server_itl_mean, latency.server_ttft_mean = server_latency(window)
         status: CellStatus = "ok"
         reason = None
         if workload.adaptive is None and latency.n_ok == 0:
