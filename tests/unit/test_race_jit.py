@@ -117,6 +117,22 @@ def test_cell_line_texts() -> None:
     assert jit_text(clean) == "" and loadgen_text(clean) == ""
 
 
+def test_a_client_that_fell_behind_says_so() -> None:
+    from graphmode.cli.common import client_reads_text
+    from graphmode.core.records import CellRecord, LatencyStats, ObservedFeatures
+
+    def rec(tokens: float | None, server_itl: float | None = 0.0041, accept: float | None = None) -> CellRecord:
+        return CellRecord(run_id="r", profile_key="k", mode="FULL", workload="w", workload_spec={}, repeat=0,
+                          status="ok", started_at=0.0, finished_at=1.0,
+                          latency=LatencyStats(chunk_tokens_mean=tokens, server_itl_mean=server_itl),
+                          features=ObservedFeatures(spec_accept_length=accept))
+
+    assert client_reads_text(rec(2.14)) == ", 2.1 tokens a read: the client fell behind (vLLM's mean ITL 4.10 ms)"
+    assert client_reads_text(rec(1.6, None)) == ", 1.6 tokens a read: the client fell behind"
+    assert client_reads_text(rec(1.49)) == client_reads_text(rec(None)) == ""
+    assert client_reads_text(rec(2.5, accept=2.4)) == ""  # speculative decoding: several tokens an event by design
+
+
 def test_race_table_says_how_many_cells_compiled() -> None:
     race_table = load_bench("race_table")
     ok = {"status": "ok", "race_id": "r", "race_arm": "FULL"}

@@ -78,6 +78,23 @@ def loadgen_text(record: CellRecord) -> str:
     return f", load generator at {cores:.2f} CPU cores: it may limit the load"
 
 
+# tokens per network read above which the client found events queued often enough to smooth ITL quantiles
+CLIENT_COALESCED_TOKENS = 1.5
+
+
+def client_reads_text(record: CellRecord) -> str:
+    """``, 2.1 tokens a read: the client fell behind (vLLM's mean ITL 4.10 ms)`` when the load client found
+    several tokens per network read, else ``""``. Each token of a read carries a share of its gap, so ITL
+    means and TPOT stand and quantiles are smoothed; vLLM's own mean (from /metrics) is the check. Not said
+    with speculative decoding, whose events carry several tokens by design."""
+    lat = record.latency
+    if (lat.chunk_tokens_mean is None or lat.chunk_tokens_mean < CLIENT_COALESCED_TOKENS
+            or record.features.spec_accept_length is not None):
+        return ""
+    check = f" (vLLM's mean ITL {lat.server_itl_mean * 1e3:.2f} ms)" if lat.server_itl_mean is not None else ""
+    return f", {lat.chunk_tokens_mean:.1f} tokens a read: the client fell behind{check}"
+
+
 def engine_process_text(record: CellRecord) -> str:
     """``, VLLM::EngineCore at 0.97 CPU cores`` when one process of vLLM's tree ran near a full core (the
     threshold of the load generator's own line), else ``""``: a Python process on one core sets the pace."""

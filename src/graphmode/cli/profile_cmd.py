@@ -11,6 +11,7 @@ from rich.console import Console
 
 from graphmode.cli.common import (
     EXIT_PARTIAL,
+    client_reads_text,
     engine_process_text,
     handle_errors,
     jit_text,
@@ -64,8 +65,8 @@ class RichReporter:
             if adaptive and lat.duration_s is not None:
                 ci = f"±{lat.itl_p50_ci * 100:.1f}%" if lat.itl_p50_ci is not None else "±?"
                 msg += f", {lat.warmup_used_s or 0:.1f}+{lat.duration_s:.1f} s ({lat.stopped_by}, ITL {ci})"
-            msg += spec_decode_text(record.features) + jit_text(record) + loadgen_text(record) + running_text(record)
-            msg += engine_process_text(record)
+            msg += spec_decode_text(record.features) + jit_text(record) + loadgen_text(record)
+            msg += client_reads_text(record) + running_text(record) + engine_process_text(record)
             if (cores := record.features.frontend_cpu_cores) is not None and cores >= FRONTEND_SATURATED_CORES:
                 msg += f", [yellow]API server at {cores:.2f} CPU cores: host-bound[/]"
         else:

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from graphmode.cli.common import (
     EXIT_PARTIAL,
+    client_reads_text,
     engine_process_text,
     jit_text,
     loadgen_text,
@@ -171,7 +172,8 @@ class PlainRaceReporter:
         if record.status == "ok":
             self._p(f"  {arm}: ITL p50 {_fmt_ms(lat.itl_p50)}, TTFT p50 {_fmt_ms(lat.ttft_p50)}, "
                     f"{lat.n_ok}/{lat.n_sent} done" + spec_decode_text(record.features) + jit_text(record, race=True)
-                    + loadgen_text(record) + running_text(record) + engine_process_text(record))
+                    + loadgen_text(record) + client_reads_text(record) + running_text(record)
+                    + engine_process_text(record))
         else:
             self._p(f"  {arm}: FAILED {(record.reason or '').splitlines()[0] if record.reason else ''}")
 
