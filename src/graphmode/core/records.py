@@ -170,11 +170,11 @@ class LatencyStats(_Flat):
     tpot_p50_ci: float | None = Field(None, description="95% CI half-width of tpot_p50, relative")
     # vLLM's own timing, a check on the client's: what a starved client mistimes, these do not see.
     server_itl_mean: float | None = Field(
-        None, description="mean inter-token latency as vLLM's frontend timed it over the window: "
-        "Δsum/Δcount of vllm:inter_token_latency_seconds")
+        None, description="mean inter-token latency over the window as vLLM timed it from its engine core's "
+        "output timestamps: Δsum/Δcount of vllm:inter_token_latency_seconds")
     server_ttft_mean: float | None = Field(
-        None, description="mean time to first token as vLLM's frontend timed it over the window: "
-        "Δsum/Δcount of vllm:time_to_first_token_seconds")
+        None, description="mean time to first token over the window as vLLM's API server timed it from the "
+        "request's arrival: Δsum/Δcount of vllm:time_to_first_token_seconds")
 
 
 class StartupInfo(_Flat):

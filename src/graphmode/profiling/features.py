@@ -55,8 +55,9 @@ Sample statistics (from the gauge samples in the window; work with a single snap
 
 Server-side latency (:func:`server_latency`, recorded per cell beside the client's figures; not features)
     Same window. ``Δsum / Δcount`` of ``vllm:inter_token_latency_seconds`` and
-    ``vllm:time_to_first_token_seconds``: the mean ITL and TTFT as vLLM's frontend timed them, before the
-    HTTP stream and the load client. A client that fell behind reads gaps short or bunched; these do not.
+    ``vllm:time_to_first_token_seconds``: the mean ITL and TTFT as vLLM timed them (ITL from the engine
+    core's output timestamps, TTFT in the API server), before the HTTP stream and the load client. A client
+    that fell behind reads gaps short or bunched; these do not.
 
 Step sizes (:func:`compute_step_sizes`, recorded per cell and fed to the capture-size chooser)
     Same window. ``le``/``steps``: the Δ of ``vllm:iteration_tokens_total``'s buckets, de-cumulated:
