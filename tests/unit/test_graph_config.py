@@ -162,7 +162,7 @@ def test_capture_change_is_a_restart_weighed_like_a_mode_switch() -> None:
 def test_watch_prices_padding_a_list_with_gaps_pays_for_a_restart() -> None:
     from graphmode.control.policy import capture_decision
     from graphmode.core.records import StepSizes
-    from graphmode.selector.capture import PAD_TOKEN_COST, list_stats, step_distribution
+    from graphmode.selector.capture_steps import PAD_TOKEN_COST, list_stats, step_distribution
 
     # The H200 8B's 2 req/s list, now serving 48 in flight: every step graphed, each padded 48 -> 256
     # (ITL 1.47x measured, 2026-12-04). Only padding separates it from the recommended list.
@@ -468,7 +468,7 @@ def test_the_h200_model_answers_per_attention_backend() -> None:
 
 
 def test_spec_decode_rounds_decode_graphs_as_vllm_does() -> None:
-    from graphmode.selector.capture import spec_decode_sizes
+    from graphmode.selector.capture_costs import spec_decode_sizes
 
     default = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
     # the H200 ngram k=3 start (tests/fixtures/vllm-0.33-h200/llama1b-ngram3-FULL_AND_PIECEWISE.log): 49 FULL graphs

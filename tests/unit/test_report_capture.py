@@ -12,7 +12,7 @@ import pytest
 from graphmode.core.dataset import ProfileStore
 from graphmode.core.records import Fingerprint, RaceInfo, StartupInfo, StepSizes
 from graphmode.report.capture import figure, insert_section, section, shape_steps
-from graphmode.selector.capture import default_capture_sizes
+from graphmode.selector.capture_costs import default_capture_sizes
 from tests.support.bench import load_bench
 from tests.unit.test_dataset import record
 

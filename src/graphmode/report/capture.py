@@ -19,14 +19,10 @@ from typing import Any
 
 from graphmode.core.dataset import ProfileStore, step_sizes_of
 from graphmode.core.records import StepSizes
-from graphmode.selector.capture import (
-    PAD_TOKEN_COST,
-    CaptureAnswer,
-    choose_capture_sizes,
-    costs_from_dataset,
-    measured_kv_bytes_per_token,
-)
+from graphmode.selector.capture import CaptureAnswer, choose_capture_sizes
+from graphmode.selector.capture_costs import costs_from_dataset, measured_kv_bytes_per_token
 from graphmode.selector.capture_evidence import capture_evidence
+from graphmode.selector.capture_steps import PAD_TOKEN_COST
 
 DEFAULT_MODE = "FULL_AND_PIECEWISE"
 

@@ -16,11 +16,9 @@ from typing import TYPE_CHECKING, Any
 from graphmode.core.errors import DatasetError, ModelError
 from graphmode.core.fingerprint import shape_of_config
 from graphmode.core.records import StepSizes
-from graphmode.selector.capture import (
-    CaptureAnswer,
-    CaptureBudget,
+from graphmode.selector.capture import CaptureAnswer, CaptureBudget, choose_capture_sizes
+from graphmode.selector.capture_costs import (
     CaptureCosts,
-    choose_capture_sizes,
     costs_from_dataset,
     kv_bytes_per_token,
     spec_decode_sizes,
