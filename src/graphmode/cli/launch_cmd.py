@@ -145,7 +145,7 @@ def register(app: typer.Typer) -> None:
                 from graphmode.control.target import launch_target, served_config
 
                 target, target_notes = launch_target(command, vllm_args, vllm_version)
-                served = served_config(command, vllm_args) if selector_url else None
+                served = served_config(command, vllm_args)  # the shape, for the service and for capture sizes
                 choice = choose_mode(
                     workload=desc, features=features,
                     objective=ObjectiveSpec(objective, tuple(constraint or ())),

@@ -118,7 +118,7 @@ def _budget(max_sizes: int | None, max_s: float | None, max_gib: float | None, k
 
 
 def _complete(answer: Recommendation, rec: Any, steps: Any, vllm_args: str | None, model_path: str | None,
-              budget: Any) -> Recommendation:
+              budget: Any, description: Any = None) -> Recommendation:
     import shlex
 
     from graphmode.core.fingerprint import load_model_config
@@ -126,7 +126,7 @@ def _complete(answer: Recommendation, rec: Any, steps: Any, vllm_args: str | Non
 
     served = load_model_config(model_path) if model_path else None
     return complete(answer, step_sizes=steps, vllm_args=shlex.split(vllm_args or ""), served_config=served,
-                    budget=budget, model_folder=rec.folder)
+                    budget=budget, model_folder=rec.folder, description=description)
 
 
 def print_recommendation(rec: Recommendation, console: Console) -> None:
@@ -377,8 +377,8 @@ def register(app: typer.Typer) -> None:
                 if step_sizes is None and windows:
                     steps = windows[0].step_sizes()
             answer = rec.recommend(inputs, obj, source="server" if server is not None else None)
-            if steps is not None or vllm_args is not None:
-                answer = _complete(answer, rec, steps, vllm_args, model_path, budget)
+            if steps is not None or vllm_args is not None or described:
+                answer = _complete(answer, rec, steps, vllm_args, model_path, budget, inputs if described else None)
             if as_json:
                 out_console.print_json(json.dumps(answer.model_dump(mode="json")))
             else:

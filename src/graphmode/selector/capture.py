@@ -69,6 +69,7 @@ from graphmode.selector.capture_steps import (
     list_stats,
     step_distribution,
 )
+from graphmode.selector.step_predict import StepPrediction
 
 __all__ = [
     "ALWAYS_KEEP",
@@ -152,6 +153,9 @@ class CaptureAnswer(BaseModel):
     evidence: CaptureEvidence | None = Field(
         None, description="the raced list most like this one, for this shape on the model's GPU, and what its "
         "race measured against vLLM's default list (None: no such race in the model's datasets)")
+    steps_predicted: StepPrediction | None = Field(
+        None, description="set when the steps were predicted from a workload description (not observed): from "
+        "which profiled cells, at what load, and how uncertain")
     notes: list[str] = Field(default_factory=list)
 
     def compilation_config(self) -> dict[str, Any]:

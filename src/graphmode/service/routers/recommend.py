@@ -260,13 +260,13 @@ def answer(
                 ],
             ) from None
         raise _objective_error(exc) from None
-    if body.step_sizes is not None or body.vllm_args is not None:
+    if body.step_sizes is not None or body.vllm_args is not None or body.workload is not None:
         from graphmode.selector.graphconfig import complete
 
         result = complete(result, step_sizes=body.step_sizes, vllm_args=body.vllm_args or [],
                           served_config=body.served_model_config.as_dict() if body.served_model_config else None,
                           budget=body.capture_budget,
-                          model_folder=rec.folder, env={})
+                          model_folder=rec.folder, env={}, description=body.workload)
     if unread is not None:
         result.warnings.append(unread)
     elif server_vllm is not None and _picks_by_server(state, body):
