@@ -36,6 +36,7 @@ __all__ = [
     "lone_starts",
     "measured_kv_bytes_per_token",
     "spec_decode_sizes",
+    "start_tuples",
 ]
 
 GIB = 1024**3
@@ -117,6 +118,9 @@ class CaptureCosts(BaseModel):
     top_identified: bool = Field(True, description="False when every fitted start's list ended at one size: the "
                                  "largest size's term is then unknown, and no GiB is predicted above it")
     basis: str = "no measured engine start"
+    loo_rel_error_s: float | None = Field(None, description="largest leave-one-out relative error of capture s "
+                                          "over the fitted starts (None: not computed, or fewer than 3 starts)")
+    loo_rel_error_gib: float | None = Field(None, description="the same for graph GiB")
     max_top: int | None = Field(None, description="the largest size any fitted start captured (None: not "
                                                   "recorded, as in costs saved before it was)")
 
@@ -182,19 +186,41 @@ class CaptureCosts(BaseModel):
     def from_startups(cls, startups: Iterable[StartupInfo], *, max_num_seqs: int = 256) -> CaptureCosts:
         """:meth:`fit` on parsed start-up logs; one without a resolved size list is taken to have captured
         vLLM's default list for its ``max_num_seqs`` (what the resolved config of such logs shows)."""
-        starts = []
-        for st in startups:
-            mode = st.effective_mode or st.requested_mode
-            if st.capture_s is None or st.graph_gib is None or mode is None:
-                continue
-            sizes = st.capture_sizes
-            if not sizes:
-                args = st.non_default_args or {}
-                seqs = args.get("max_num_seqs")
-                sizes = default_capture_sizes(seqs if isinstance(seqs, int) else max_num_seqs,
-                                              st.max_num_batched_tokens)
-            starts.append((sizes, mode, st.capture_s, st.graph_gib, st.estimated_graph_gib))
-        return cls.fit(starts)
+        return cls.fit(start_tuples(startups, max_num_seqs=max_num_seqs))
+
+    def with_loo_error(self, starts: Sequence[tuple[Any, ...]]) -> CaptureCosts:
+        """This fit with its leave-one-out errors: each start predicted by the fit on the others, the largest
+        relative error of capture seconds and of graph GiB (``None`` with fewer than three starts)."""
+        if len(starts) < 3:
+            return self
+        err_s: list[float] = []
+        err_g: list[float] = []
+        for i, (sizes, mode, secs, gib, *_rest) in enumerate(starts):
+            other = type(self).fit([t for j, t in enumerate(starts) if j != i])
+            p_s, p_g = other.predict(sizes, mode)
+            if secs > 0:
+                err_s.append(abs(p_s - secs) / secs)
+            if gib > 0 and other.knows_gib(sizes):
+                err_g.append(abs(p_g - gib) / gib)
+        return self.model_copy(update={"loo_rel_error_s": round(max(err_s), 3) if err_s else None,
+                                       "loo_rel_error_gib": round(max(err_g), 3) if err_g else None})
+
+
+def start_tuples(startups: Iterable[StartupInfo], *, max_num_seqs: int = 256) -> list[tuple[Any, ...]]:
+    """``(sizes, mode, capture_s, graph_gib, reserved_gib)`` of the starts that logged their capture; one
+    without a resolved size list is taken to have captured vLLM's default list for its ``max_num_seqs``."""
+    starts: list[tuple[Any, ...]] = []
+    for st in startups:
+        mode = st.effective_mode or st.requested_mode
+        if st.capture_s is None or st.graph_gib is None or mode is None:
+            continue
+        sizes = st.capture_sizes
+        if not sizes:
+            args = st.non_default_args or {}
+            seqs = args.get("max_num_seqs")
+            sizes = default_capture_sizes(seqs if isinstance(seqs, int) else max_num_seqs, st.max_num_batched_tokens)
+        starts.append((sizes, mode, st.capture_s, st.graph_gib, st.estimated_graph_gib))
+    return starts
 
 
 def _fit_gib(rows: Sequence[tuple[list[int], str, float]], *,
@@ -299,7 +325,8 @@ def _costs_cached(versions: tuple[tuple[str, int, int], ...], model_config_hash:
         pick = min(sized)[1] if sized else None
     if pick is not None:
         rows = [r for r in rows if r.get("fp_model_config_hash") == pick]
-    return CaptureCosts.from_startups(lone_starts(rows))
+    starts = start_tuples(lone_starts(rows))
+    return CaptureCosts.fit(starts).with_loo_error(starts)
 
 
 def lone_starts(rows: Iterable[Mapping[str, Any]]) -> list[StartupInfo]:
