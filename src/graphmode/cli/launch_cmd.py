@@ -50,6 +50,29 @@ def _workload(text: str | None, rate: float | None, burstiness: float | None, in
                           "(need rate, input_tokens, output_tokens)") from None
 
 
+def check_before_start(args: list[str], vllm_version: str | None, models_dir: Path | None,
+                       model_id: str | None) -> Any:
+    """``graphmode check`` on the args vLLM will start with; its errors and warnings go to stderr (the launch
+    goes ahead: the user asked for it, and ``graphmode check`` is the gate). ``None`` when it cannot run."""
+    from graphmode.check.load import inputs_for
+    from graphmode.check.rules import check_deployment
+    from graphmode.core.errors import GraphmodeError
+
+    try:
+        inputs, _ = inputs_for(args, vllm_version=vllm_version, gpu_memory_gib=None, models_dir=models_dir,
+                               model_id=model_id)
+        report = check_deployment(inputs)
+    except GraphmodeError as exc:
+        console.print(f"graphmode: check: not run ({exc})", highlight=False, soft_wrap=True)
+        return None
+    for f in report.findings:
+        if f.severity != "info":
+            fix = f" (fix: {shlex.join(f.fix)})" if f.fix else ""
+            console.print(f"graphmode: check: {f.severity} {f.code}: {f.message}{fix}", highlight=False,
+                          soft_wrap=True)
+    return report
+
+
 def run_child(argv: list[str]) -> int:
     """Run vLLM as a child, forwarding SIGINT/SIGTERM to it; its exit status becomes ours."""
     proc = subprocess.Popen(argv)
@@ -161,9 +184,11 @@ def register(app: typer.Typer) -> None:
                 console.print(f"graphmode: note: {note}", highlight=False, soft_wrap=True)
             console.print(f"graphmode: {plan.message} — source {choice.source}, basis {choice.basis}: "
                           f"{choice.reason} [{choice.elapsed_ms:.0f} ms]", highlight=False, soft_wrap=True)
+            report = check_before_start(plan.args, vllm_version, models_dir or s.selector.models_dir, model_id)
             if dry_run:
                 if as_json:
-                    typer.echo(json.dumps({**choice.as_dict(), "applied": plan.applied, "argv": argv}))
+                    typer.echo(json.dumps({**choice.as_dict(), "applied": plan.applied, "argv": argv,
+                                           "check": report.model_dump(mode="json") if report else None}))
                 else:
                     typer.echo(shlex.join(argv))
                 return

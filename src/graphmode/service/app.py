@@ -37,6 +37,7 @@ from graphmode.service.jobs import JobRegistry
 from graphmode.service.metrics import ServiceMetrics
 from graphmode.service.middleware import BodyLimitMiddleware, CatchAllMiddleware, MetricsMiddleware
 from graphmode.service.redact import redact_paths
+from graphmode.service.routers import check as check_router
 from graphmode.service.routers import health, jobs, models
 from graphmode.service.routers import recommend as recommend_router
 from graphmode.service.state import ServiceState
@@ -119,6 +120,7 @@ def create_app(
     app.include_router(models.router)
     app.include_router(jobs.router)
     app.include_router(health.router)
+    app.include_router(check_router.router)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
