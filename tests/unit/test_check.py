@@ -52,6 +52,7 @@ def test_spec_decode_beyond_the_list_is_an_error_with_a_list_in_multiples_of_1_p
     # without a given maximum vLLM's default list grows with 1 + k: 256 x 4 x 2 > 512, so still short
     assert _codes(spec[:4])["spec-decode-eager"] == "error"
     assert "spec-decode-eager" not in _codes(["--max-num-seqs", "64", *spec[2:4]])  # 256 tokens <= 512
+    assert _codes(spec[2:4])["spec-decode-eager"] == "warning"  # vLLM's default max_num_seqs: not gated
 
 
 def test_flashinfer_full_is_a_downgrade_with_the_mode_it_runs_as_fix() -> None:

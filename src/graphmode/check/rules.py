@@ -197,10 +197,12 @@ def _decode_coverage(args: list[str], mode: str, seqs: int, seqs_given: bool, to
         fix = ["--max-num-batched-tokens", str(need), *fix]
     if q > 1:
         findings.append(Finding(
-            code="spec-decode-eager", severity="error",
+            code="spec-decode-eager", severity="error" if seqs_given else "warning",
             message=f"speculative decoding verifies {q} tokens a request, so a decode step of {seqs} requests "
                     f"(--max-num-seqs) has {need} tokens, but the largest decode graph is {have}: every step with "
-                    f"{eager_from} or more requests decodes without a CUDA graph, silently",
+                    f"{eager_from} or more requests decodes without a CUDA graph, silently"
+                    + ("" if seqs_given else f" ({seqs} is vLLM's default max_num_seqs here: an error once "
+                                             "--max-num-seqs is set this high)"),
             evidence=Evidence(rule="a step above the largest capture size runs eagerly; with speculative "
                                    "decoding the FULL decode graphs sit at multiples of 1 + k",
                               vllm_source=f"{_DISPATCH_SRC}; vllm/config/compilation.py, "
