@@ -132,3 +132,17 @@ def test_service_check_endpoint(tmp_path: Path) -> None:
     assert r.json()["ok"] and any(f["code"] == "decode-eager" for f in r.json()["findings"])
     bad = client.post("/v1/check", json={"vllm_args": ["--compilation-config", "{nope"]})
     assert bad.status_code == 422
+
+
+def test_launch_runs_check_before_it_starts(tmp_path: Path) -> None:
+    model = tmp_path / "m8b"
+    model.mkdir()
+    shutil.copy(MODELS / "shapes" / "llama-3.1-8b.json", model / "config.json")
+    r = CliRunner().invoke(app, ["launch", "--dry-run", "--json", "--models-dir", str(MODELS), "--state-dir",
+                                 str(tmp_path), "--ignore-state", "--vllm-version", "0.33.0", "--",
+                                 "--model", str(model), "--max-num-seqs", "1024"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout.strip().splitlines()[-1])
+    assert data["check"]["resolved"]["max_num_seqs"] == 1024
+    assert any(f["code"] == "decode-eager" for f in data["check"]["findings"])
+    assert "graphmode: check: warning decode-eager" in r.output

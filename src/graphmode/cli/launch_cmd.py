@@ -73,6 +73,22 @@ def check_before_start(args: list[str], vllm_version: str | None, models_dir: Pa
     return report
 
 
+def start(argv: list[str], decision: dict[str, Any], *, dry_run: bool, as_json: bool, no_exec: bool) -> None:
+    """Print the command (``--dry-run``; the decision as JSON with ``--json``), or run vLLM: as a child with
+    ``--no-exec``, else exec'd in this process's place."""
+    if dry_run:
+        typer.echo(json.dumps(decision) if as_json else shlex.join(argv))
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if no_exec:
+        raise typer.Exit(run_child(argv))
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        raise EngineError(f"cannot exec {argv[0]!r}: {exc.strerror or exc}") from None
+
+
 def run_child(argv: list[str]) -> int:
     """Run vLLM as a child, forwarding SIGINT/SIGTERM to it; its exit status becomes ours."""
     proc = subprocess.Popen(argv)
@@ -184,19 +200,8 @@ def register(app: typer.Typer) -> None:
                 console.print(f"graphmode: note: {note}", highlight=False, soft_wrap=True)
             console.print(f"graphmode: {plan.message} — source {choice.source}, basis {choice.basis}: "
                           f"{choice.reason} [{choice.elapsed_ms:.0f} ms]", highlight=False, soft_wrap=True)
-            report = check_before_start(plan.args, vllm_version, models_dir or s.selector.models_dir, model_id)
-            if dry_run:
-                if as_json:
-                    typer.echo(json.dumps({**choice.as_dict(), "applied": plan.applied, "argv": argv,
-                                           "check": report.model_dump(mode="json") if report else None}))
-                else:
-                    typer.echo(shlex.join(argv))
-                return
-            sys.stdout.flush()
-            sys.stderr.flush()
-            if no_exec:
-                raise typer.Exit(run_child(argv))
-            try:
-                os.execvp(argv[0], argv)
-            except OSError as exc:
-                raise EngineError(f"cannot exec {argv[0]!r}: {exc.strerror or exc}") from None
+            report = check_before_start(plan.args, vllm_version, models_dir or s.selector.models_dir,
+                                        model_id or s.selector.model_id)
+            start(argv, {**choice.as_dict(), "applied": plan.applied, "argv": argv,
+                         "check": report.model_dump(mode="json") if report else None},
+                  dry_run=dry_run, as_json=as_json, no_exec=no_exec)
