@@ -130,6 +130,9 @@ def test_service_check_endpoint(tmp_path: Path) -> None:
                                        "served_model_config": CONFIG_8B})
     assert r.status_code == 200, r.text
     assert r.json()["ok"] and any(f["code"] == "decode-eager" for f in r.json()["findings"])
+    huge = client.post("/v1/check", json={"vllm_args": ["--max-num-seqs", "999999999",
+                                                        "--max-num-batched-tokens", "999999999"]})
+    assert huge.status_code == 200 and max(huge.json()["resolved"]["capture_sizes"]) <= 65536  # bounded work
     bad = client.post("/v1/check", json={"vllm_args": ["--compilation-config", "{nope"]})
     assert bad.status_code == 422
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from graphmode.check.findings import SEVERITY_ORDER, CheckReport, Evidence, Finding, GraphCost, Resolved
 from graphmode.core.modes import DEFAULT_MODE
+from graphmode.selector.capture import MAX_LIMIT
 from graphmode.selector.capture_costs import (
     GIB,
     CaptureCosts,
@@ -74,7 +75,7 @@ def _fix(args: list[str], updates: Mapping[str, Any]) -> list[str]:
 def extended_sizes(top: int, query_len: int, max_num_batched_tokens: int) -> list[int]:
     """vLLM's default list grown to ``top`` tokens (bounded by the token budget), rounded to multiples of
     ``query_len`` under speculative decoding, with ``top`` itself in it."""
-    top = min(top, max_num_batched_tokens)
+    top = min(top, max_num_batched_tokens, MAX_LIMIT)
     sizes = default_capture_sizes(max_capture_size=top)
     if sizes[-1] != top:
         sizes.append(top)
@@ -168,7 +169,7 @@ def _capture_list(args: list[str], cc: Mapping[str, Any], seqs: int, tokens: int
         dropped = sorted({s for s in given if s > tokens})
     else:
         top = top_given if isinstance(top_given, int) and top_given > 0 else min(2 * seqs * q, 512)
-        sizes = default_capture_sizes(max_capture_size=min(top, tokens))
+        sizes = default_capture_sizes(max_capture_size=min(top, tokens, MAX_LIMIT))
         dropped = [top] if top > tokens else []
     if dropped:
         findings.append(Finding(

@@ -21,9 +21,11 @@ batches are (the uncertainty of where the list must end).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -80,13 +82,12 @@ class StepPrediction(BaseModel):
 def shape_rows(paths: Iterable[Any], model_config_hash: str | None = None,
                num_params_b: float | None = None) -> list[dict[str, Any]]:
     """Ok rows with step sizes from ``paths``: of the shape with ``model_config_hash`` when present, else of
-    the shape nearest in parameters, else all."""
-    from graphmode.core.dataset import ProfileStore
-
+    the shape nearest in parameters, else all. Read once per file version: the service predicts for many
+    requests from one model folder."""
     rows: list[dict[str, Any]] = []
     for p in paths:
-        with ProfileStore(p, readonly=True) as store:
-            rows += [dict(r, _dataset=str(p)) for r in store.rows(status="ok") if r.get("step_sizes")]
+        st = os.stat(p)
+        rows += _rows_with_steps(str(p), st.st_mtime_ns, st.st_size)
     hashes = {r.get("fp_model_config_hash") for r in rows}
     if model_config_hash in hashes:
         return [r for r in rows if r.get("fp_model_config_hash") == model_config_hash]
@@ -96,6 +97,14 @@ def shape_rows(paths: Iterable[Any], model_config_hash: str | None = None,
         pick = min(sized)[1]
         return [r for r in rows if r.get("fp_model_config_hash") == pick]
     return rows
+
+
+@functools.lru_cache(maxsize=64)
+def _rows_with_steps(path: str, _mtime_ns: int, _size: int) -> tuple[dict[str, Any], ...]:
+    from graphmode.core.dataset import ProfileStore
+
+    with ProfileStore(path, readonly=True) as store:
+        return tuple(dict(r, _dataset=path) for r in store.rows(status="ok") if r.get("step_sizes"))
 
 
 def _spec(row: Mapping[str, Any]) -> WorkloadDescription | None:
