@@ -108,3 +108,15 @@ def test_reload_step_posts_to_the_selector_service_with_the_token() -> None:
     theirs = next(e for e in sel["env"] if e["name"] == "GRAPHMODE_SERVICE__TOKEN")["valueFrom"]["secretKeyRef"]
     assert (token["name"], token["key"]) == (theirs["name"], theirs["key"])
     compile(script, "reload", "exec")  # the step's Python parses
+
+
+def test_health_checks_probe_the_services_health_route() -> None:
+    from graphmode.service.routers import health
+
+    routes = {getattr(r, "path", "") for r in health.router.routes}
+    sel = _container(_doc("selector.yaml", "Deployment", "graphmode-selector")["spec"]["template"]["spec"],
+                     "selector")
+    assert sel["readinessProbe"]["httpGet"]["path"] in routes
+    compose = yaml.safe_load((K8S.parent / "compose" / "compose.yaml").read_text())
+    probe = " ".join(compose["services"]["selector"]["healthcheck"]["test"])
+    assert any(f"127.0.0.1:8080{p}'" in probe for p in routes if p)
