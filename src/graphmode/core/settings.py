@@ -18,10 +18,22 @@ DEFAULT_GRID = PACKAGE_DIR / "data" / "default_grid.yaml"
 RACE_GRID = PACKAGE_DIR / "data" / "race_grid.yaml"
 
 
-def _default_models_dir() -> Path:
-    # A source checkout keeps its models next to the package; an installed wheel has none.
-    repo_models = PACKAGE_DIR.parent.parent / "models"
-    return repo_models if repo_models.is_dir() else Path.cwd() / "models"
+BUNDLED_MODELS = PACKAGE_DIR / "bundled_models"  # a wheel's copy of the repository's models/ (setup.py)
+
+
+def _default_models_dir(package_dir: Path = PACKAGE_DIR, cwd: Path | None = None) -> Path:
+    """Where the model registry is when no setting names it.
+
+    A source checkout keeps its models beside the package (``models/``). An installed wheel uses
+    ``./models`` where the working directory has one (a user's own registry), else the trained models the
+    wheel bundles, so ``graphmode recommend`` answers from any directory right after ``pip install``.
+    """
+    repo_models = package_dir.parent.parent / "models"
+    if repo_models.is_dir():
+        return repo_models
+    local = (cwd if cwd is not None else Path.cwd()) / "models"
+    bundled = package_dir / BUNDLED_MODELS.name
+    return local if local.is_dir() or not bundled.is_dir() else bundled
 
 
 class VllmSettings(BaseModel):
@@ -110,7 +122,9 @@ class SelectorSettings(BaseModel):
     models_dir: Path = Field(
         default_factory=_default_models_dir,
         description="Model registry: one folder per trained model.",
-        json_schema_extra={"doc_default": "`models/` of a source checkout, else `./models`"},
+        json_schema_extra={
+            "doc_default": "`models/` of a source checkout, else `./models` if it exists, else the wheel's models"
+        },
     )
     objective: str = Field(default="itl_p50", description="Metric the recommendation optimises when none is given.")
     model_id: str | None = Field(
