@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphmode.core.deployment import DeploymentConfig, deployment_of_row
+from graphmode.core.deployment import deployment_of_row
 from graphmode.report.arms import ArmCost, arm_costs
 from graphmode.report.arms import table as arm_table
 from graphmode.selector.featurize import shape_key, shape_of_row
@@ -35,10 +35,6 @@ def release(version: Any) -> str | None:
     if version is None or str(version).strip() == "":
         return None
     return str(version).split("+", 1)[0].strip()
-
-
-def _known(dep: DeploymentConfig, element: str) -> bool:
-    return element not in dep.unknown
 
 
 def config_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
