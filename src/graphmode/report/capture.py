@@ -10,7 +10,6 @@ figure.
 
 from __future__ import annotations
 
-import html
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 
 from graphmode.core.dataset import ProfileStore, step_sizes_of
 from graphmode.core.records import StepSizes
+from graphmode.report.table import Table
 from graphmode.selector.capture import (
     PAD_TOKEN_COST,
     CaptureAnswer,
@@ -134,57 +134,40 @@ def _num(v: float | None, fmt: str) -> str:
     return "-" if v is None else fmt.format(v)
 
 
-def fig_html(fig: Any, div_id: str) -> str:
-    config = {"displaylogo": False, "responsive": True, "displayModeBar": False}
-    return "<div class='fig'>" + str(fig.to_html(full_html=False, include_plotlyjs=False, config=config,
-                                                div_id=div_id)) + "</div>"
+@dataclass
+class CaptureSection:
+    """The capture-size section: per shape its step histogram (a plotly figure) and a row of the table."""
+
+    shapes: list[ShapeSteps]
+    figures: list[Any]
+    table: Table
+    notes: list[str]
+    missing: int
 
 
-def insert_section(page: str, datasets: Sequence[Path]) -> str:
-    """``page`` with the section before its footer (or at the end of ``<main>``, or of the text)."""
-    sec = section(datasets)
-    for anchor in ("<footer", "</main>"):
-        at = page.rfind(anchor)
-        if at >= 0:
-            return page[:at] + sec + page[at:]
-    return page + sec
-
-
-def section(datasets: Sequence[Path]) -> str:
-    """The section's HTML: per shape the step histogram with the chosen sizes marked, and a table."""
+def section(datasets: Sequence[Path], figures: bool = True) -> CaptureSection:
+    """Per shape the step histogram with the chosen sizes marked, a table and its notes."""
     shapes, missing = shape_steps(datasets)
-    parts = ["<section id='capture'><h3>Capture sizes <span class='muted' style='font-weight:400'>— tokens per "
-             "engine step and the <code>cudagraph_capture_sizes</code> chosen for them, against vLLM's default "
-             "list</span></h3>"]
-    if not shapes:
-        parts.append(f"<p class='note'>No cell recorded its step sizes ({missing} ok rows from before graphmode "
-                     "recorded them): profile again to see this section.</p></section>")
-        return "".join(parts)
     rows = []
-    for i, sh in enumerate(shapes):
+    for sh in shapes:
         a = sh.answer
-        parts.append(fig_html(figure(sh), f"capture-{i}"))
-        rows.append(
-            f"<tr><td>{html.escape(sh.label)}</td><td>{sh.cells}</td><td>{a.steps_observed:,.0f}</td>"
-            f"<td>{html.escape(', '.join(map(str, a.sizes)))}</td><td>{len(a.default_sizes)}</td>"
-            f"<td>{_pct(a.chosen.graphed_share)} / {_pct(a.default.graphed_share)}</td>"
-            f"<td>{_num(a.chosen.padded_tokens_per_step, '{:.2f}')} / "
-            f"{_num(a.default.padded_tokens_per_step, '{:.2f}')}</td>"
-            f"<td>{_pct(a.chosen.padding_cost)} / {_pct(a.default.padding_cost)}</td>"
-            f"<td>{_num(a.chosen.capture_s, '{:.1f}')} / {_num(a.default.capture_s, '{:.1f}')}</td>"
-            f"<td>{_num(a.chosen.graph_gib, '{:.2f}')} / {_num(a.default.graph_gib, '{:.2f}')}</td>"
-            f"<td>{_num(a.kv_tokens_gained, '{:,}')}</td></tr>")
-    parts.append("<table><tr><th>shape</th><th>cells</th><th>steps</th><th>chosen sizes</th><th>default sizes</th>"
-                 "<th>replaying a graph, chosen / default</th><th>padding tokens/step</th>"
-                 "<th>step time padding adds (predicted)</th>"
-                 "<th>capture s (predicted)</th><th>graph GiB (predicted)</th>"
-                 "<th>KV cache tokens gained (predicted)</th></tr>" + "".join(rows) + "</table>")
-    notes = [f"{html.escape(sh.label)}: {html.escape(n)}" for sh in shapes for n in sh.answer.notes]
-    basis = "; ".join(dict.fromkeys(html.escape(sh.answer.costs_basis) for sh in shapes))
-    notes.append(f"Costs: {basis}. Step time padding adds: graphed steps' padded tokens at "
-                 f"{PAD_TOKEN_COST:g} of a step per token (the lower of two H200 8B closed-loop fits). "
-                 f"Mode {DEFAULT_MODE}; step sizes summed over every mode's cells of a shape.")
+        rows.append([sh.label, str(sh.cells), f"{a.steps_observed:,.0f}", ", ".join(map(str, a.sizes)),
+                     str(len(a.default_sizes)), f"{_pct(a.chosen.graphed_share)} / {_pct(a.default.graphed_share)}",
+                     f"{_num(a.chosen.padded_tokens_per_step, '{:.2f}')} / "
+                     f"{_num(a.default.padded_tokens_per_step, '{:.2f}')}",
+                     f"{_pct(a.chosen.padding_cost)} / {_pct(a.default.padding_cost)}",
+                     f"{_num(a.chosen.capture_s, '{:.1f}')} / {_num(a.default.capture_s, '{:.1f}')}",
+                     f"{_num(a.chosen.graph_gib, '{:.2f}')} / {_num(a.default.graph_gib, '{:.2f}')}",
+                     _num(a.kv_tokens_gained, '{:,}')])
+    table = Table.of(["shape", "cells", "steps", "chosen sizes", "default sizes", "replaying a graph, chosen / default",
+                      "padding tokens/step", "step time padding adds (predicted)", "capture s (predicted)",
+                      "graph GiB (predicted)", "KV cache tokens gained (predicted)"], rows)
+    notes = [f"{sh.label}: {n}" for sh in shapes for n in sh.answer.notes]
+    if shapes:
+        basis = "; ".join(dict.fromkeys(sh.answer.costs_basis for sh in shapes))
+        notes.append(f"Costs: {basis}. Step time padding adds: graphed steps' padded tokens at "
+                     f"{PAD_TOKEN_COST:g} of a step per token (the lower of two H200 8B closed-loop fits). "
+                     f"Mode {DEFAULT_MODE}; step sizes summed over every mode's cells of a shape.")
     if missing:
         notes.append(f"{missing} ok rows recorded no step sizes and are left out.")
-    parts.append("<ul class='notes'>" + "".join(f"<li>{n}</li>" for n in notes) + "</ul></section>")
-    return "".join(parts)
+    return CaptureSection(shapes, [figure(sh) for sh in shapes] if figures else [], table, notes, missing)

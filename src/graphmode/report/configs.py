@@ -10,7 +10,6 @@ pooled.
 
 from __future__ import annotations
 
-import html
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,7 +18,7 @@ from typing import Any
 
 from graphmode.core.deployment import deployment_of_row
 from graphmode.report.arms import ArmCost, arm_costs
-from graphmode.report.arms import table as arm_table
+from graphmode.report.shapes import shape_labels
 from graphmode.selector.featurize import shape_key, shape_of_row
 from graphmode.selector.verdicts import RaceVerdict, race_verdicts
 
@@ -131,8 +130,6 @@ def configurations(rows: Iterable[Mapping[str, Any]], names: Mapping[str, str] |
 
     ``names`` maps config hashes to model-shape names (``models/shapes`` file stems).
     """
-    from graphmode.report.data import shape_labels
-
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = defaultdict(list)
     for r in rows:
         groups[config_key(r)].append(r)
@@ -181,59 +178,3 @@ def markdown(configs: Sequence[Configuration]) -> list[str]:
 
 def _md_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |"
-
-
-# ---------------------------------------------------------------- HTML (the page)
-_SCRIPT = ("<script>function gmCfg(v){document.querySelectorAll('#configurations .cfg').forEach("
-           "function(e){e.style.display=(v==='all'||e.id===v)?'':'none';});}</script>")
-
-
-def section(configs: Sequence[Configuration]) -> str:
-    """A filter (one option per configuration) and, per configuration, its shapes and verdict tables."""
-    if not configs:
-        return ""
-    options = "".join(f"<option value='{c.slug}'>{html.escape(c.label)}</option>" for c in configs)
-    parts = ["<section id='configurations'><h3>Configurations <span class='muted' style='font-weight:400'>— "
-             "rows grouped by deployment (attention backend as vLLM resolved it, speculative decoding, "
-             "quantization, batch and length limits, TP, MoE) and vLLM release; each configuration's races "
-             "are decided on its own rows</span></h3>",
-             "<p><label for='gm-cfg'>configuration </label><select id='gm-cfg' onchange='gmCfg(this.value)'>"
-             f"<option value='all'>all ({len(configs)})</option>{options}</select></p>"]
-    for c in configs:
-        shapes = ", ".join(f"{html.escape(n)} ({c.shape_rows.get(k, 0)} ok rows)"
-                           for k, n in sorted(c.shapes.items(), key=lambda kv: kv[1]))
-        parts.append(f"<div class='cfg' id='{c.slug}' data-config='{html.escape(c.label, quote=True)}'>"
-                     f"<h4>{html.escape(c.label)}</h4><p class='muted'>{c.ok_rows} ok rows of {c.rows}; "
-                     f"shapes: {shapes}</p>")
-        tables = c.tables()
-        if not tables:
-            parts.append("<p class='note'>Not raced in this configuration: no verdicts.</p>")
-        for name, head, rows in tables:
-            parts.append(f"<h5>{html.escape(name)}: each mode against vLLM's default (ratio, 95% interval, "
-                         f"n rounds, s engine starts)</h5>" + _html_table(head, rows))
-        for skey, name in sorted(c.shapes.items(), key=lambda kv: kv[1]):
-            costs = arm_table(c.costs.get(skey, {}))
-            if costs is not None:
-                parts.append(f"<h5>{html.escape(name)}: each arm's engine (GPU memory NVML charged to its own "
-                             "processes, KV fixed per engine, so the difference to the default is graphs; start-up "
-                             "in its start wave)</h5>" + _html_table(*costs))
-        parts.append("</div>")
-    parts.append(_SCRIPT + "</section>")
-    return "".join(parts)
-
-
-def insert_section(page: str, configs: Sequence[Configuration]) -> str:
-    sec = section(configs)
-    if not sec:
-        return page
-    for anchor in ("<section id='race'", "<section id='capture'", "<footer", "</main>"):
-        at = page.rfind(anchor)
-        if at >= 0:
-            return page[:at] + sec + page[at:]
-    return page + sec
-
-
-def _html_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"

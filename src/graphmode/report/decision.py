@@ -23,14 +23,14 @@ import numpy as np
 
 from graphmode.core.errors import ModelError
 from graphmode.core.records import Fingerprint, ObservedFeatures
-from graphmode.report.data import ReportData, ShapeView
+from graphmode.report.views import ReportData, ShapeView
 
 if TYPE_CHECKING:
     from graphmode.selector.card import CVReport, ModelCard
     from graphmode.selector.recommend import Recommender
 
 MAP_METRICS: tuple[str, ...] = ("itl_p50", "ttft_p50")
-DEFAULT_GRID_POINTS = 36
+DEFAULT_GRID_POINTS = 8
 _FALLBACK_RATE = (1.0, 64.0)
 _FALLBACK_RATIO = (0.1, 50.0)
 _FALLBACK_G = 256.0
