@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from graphmode.cli.common import (
     EXIT_PARTIAL,
@@ -21,14 +29,12 @@ from graphmode.cli.common import (
     spec_decode_text,
     vllm_invocation,
 )
+from graphmode.core.dataset import ProfileStore
+from graphmode.core.modes import CudaGraphMode
+from graphmode.core.records import CellRecord, StartupInfo
+from graphmode.core.settings import load_settings
+from graphmode.profiling.grid import Workload, load_grid
 from graphmode.selector.frontend import FRONTEND_SATURATED_CORES
-
-if TYPE_CHECKING:  # the profiler's modules load when `graphmode profile` runs, not for --help
-    from rich.progress import Progress, TaskID
-
-    from graphmode.core.modes import CudaGraphMode
-    from graphmode.core.records import CellRecord, StartupInfo
-    from graphmode.profiling.grid import Workload
 
 console = Console(stderr=True)
 
@@ -130,26 +136,13 @@ def register(app: typer.Typer) -> None:
         With --race, every mode's engine stays up side by side and the modes take turns per round until
         each is decided against vLLM's default (better / equivalent / worse) or the budget is spent.
         """
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        from graphmode.core.dataset import ProfileStore
-        from graphmode.core.settings import load_settings
-        from graphmode.profiling.grid import load_grid
-
         with handle_errors():
+            # the profile extra (aiohttp, psutil, scipy): loaded when `graphmode profile` runs, not for the CLI
+            from graphmode.cli.race_view import RaceOptions, run_race
             from graphmode.profiling.runner import ProfileConfig, Profiler
 
             s = load_settings()
             if race:
-                from graphmode.cli.race_view import RaceOptions, run_race
-
                 run_race(ctx, RaceOptions(
                     grid=grid, vllm_cmd=vllm_cmd, dataset=dataset, modes=modes, workloads=workloads, port=port,
                     log_dir=log_dir, startup_timeout=startup_timeout, dry_run=dry_run, control=control,
