@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import typer
@@ -131,11 +132,9 @@ def register(app: typer.Typer) -> None:
             help="Race: NAME=1,2,4,8 (or NAME=@rec.json): the default mode with these capture sizes, raced "
                  "against vLLM's default list (repeatable)."),
     ) -> None:
-        """Start vLLM once per mode and run the workload grid against it; append one row per cell.
-
-        With --race, every mode's engine stays up side by side and the modes take turns per round until
-        each is decided against vLLM's default (better / equivalent / worse) or the budget is spent.
-        """
+        """Start vLLM once per mode and run the workload grid against it; append one row per cell. With --race,
+        every mode's engine stays up side by side and the modes take turns per round until each is decided
+        against vLLM's default (better / equivalent / worse) or the budget is spent."""
         with handle_errors():
             # the profile extra (aiohttp, psutil, scipy): loaded when `graphmode profile` runs, not for the CLI
             from graphmode.cli.race_view import RaceOptions, run_race
@@ -171,14 +170,9 @@ def register(app: typer.Typer) -> None:
                     f"{n_pending} cells to run, dataset {config.dataset} ({store.count()} rows), "
                     f"profile key {profiler.key}", highlight=False)
                 if dry_run:
-                    for mode, cells in pending.items():
-                        names = ", ".join(f"{w.name}#{r}" for w, r in cells) or "(all done)"
-                        console.print(f"  {mode.value}: {names}", highlight=False)
-                    console.print("vLLM command: " + shlex.join([*command, *vllm_args]), highlight=False)
+                    _print_plan(pending, [*command, *vllm_args])
                     return
-                columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                           TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-                with Progress(*columns, console=console, transient=False) as progress:
+                with _progress() as progress:
                     profiler.reporter = RichReporter(progress, n_pending)
                     summary = profiler.run()
             console.print(
@@ -188,3 +182,16 @@ def register(app: typer.Typer) -> None:
                 console.print(f"  [red]failed[/] {line.splitlines()[0]}", highlight=False)
             if summary.failed:
                 raise typer.Exit(EXIT_PARTIAL)
+
+
+def _print_plan(pending: Mapping[CudaGraphMode, Sequence[tuple[Workload, int]]], vllm: list[str]) -> None:
+    """--dry-run: the cells each mode still has to run, and the vLLM command."""
+    for mode, cells in pending.items():
+        names = ", ".join(f"{w.name}#{r}" for w, r in cells) or "(all done)"
+        console.print(f"  {mode.value}: {names}", highlight=False)
+    console.print("vLLM command: " + shlex.join(vllm), highlight=False)
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False)

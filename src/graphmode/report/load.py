@@ -211,27 +211,7 @@ def _shape_view(
                     cell.values[metric] = got[metric].tolist()
                     cell.by_repeat[metric] = dict(zip(got["repeat"].tolist(), got[metric].tolist(), strict=True))
         for r in urows:
-            cell = cells[_mode(r) or ""]
-            block = r.get("gpu_uuid") or r.get("run_id")
-            if block:
-                cell.block[int(r.get("repeat") or 0)] = str(block)
-            dropped = False
-            for metric in VIEWS:
-                if metric_value(r, metric) is not None:
-                    ci = finite_number(r.get(metric + "_ci"))  # adaptive windows record it; older rows do not
-                    if ci is not None:
-                        cell.ci.setdefault(metric, []).append(ci)
-                elif metric.startswith("itl_") and finite_number(r.get(metric)) is not None:
-                    dropped = True
-            cell.itl_dropped += int(dropped)
-            sent_rate = finite_number(r.get("sent_rate")) or 0.0
-            offered = sent_rate * (finite_number(r.get("sent_output_tokens_mean")) or 0.0)
-            out_rate = finite_number(r.get("output_tok_s"))
-            if offered > 0 and out_rate is not None:
-                cell.delivered.append(out_rate / offered)
-            queue = finite_number(r.get("obs_queue_mean"))
-            if queue is not None:
-                cell.queue.append(queue)
+            _add_row_facts(cells[_mode(r) or ""], r)
         burst = finite_number(spec.get("burstiness"))
         workloads.append(
             WorkloadView(
@@ -265,26 +245,7 @@ def _shape_view(
         attention[m] = sorted({str(r["attention_backend"]) for r in rs if r.get("attention_backend")})
         runner[m] = sorted({str(r["model_runner"]) for r in rs if r.get("model_runner")})
     times = [t for r in rows for t in (finite_number(r.get("started_at")), finite_number(r.get("finished_at"))) if t]
-    constants: dict[str, dict[str, float | None]] = {}
-    starts: dict[str, int] = {}
-    for m in modes:
-        per_start: dict[str, dict[str, Any]] = {}
-        for r in rows:
-            if _mode(r) == m:
-                per_start.setdefault(str(r.get("run_id")), r)
-        starts[m] = len(per_start)
-        constants[m] = {}
-        for c in ("startup_s", "capture_s", "graph_gib"):
-            if ts is not None and skey in ts.shape_keys and m in ts.modes and c in ts.constants:
-                v = ts.const_mean[ts.shape_keys.index(skey), ts.modes.index(m), ts.constants.index(c)]
-                constants[m][c] = float(v) if math.isfinite(v) else None
-            else:
-                # a start beside others (a race's wave) reads their memory in vLLM's graph GiB: lone starts only
-                alone = [r for r in per_start.values() if c != "graph_gib" or lone_start(r)]
-                vals = [v for v in (finite_number(r.get(c)) for r in alone) if v is not None]
-                if not vals and m == "NONE" and c in ("capture_s", "graph_gib"):
-                    vals = [0.0]  # NONE captures no graphs (as the selector counts it)
-                constants[m][c] = float(np.mean(vals)) if vals else None
+    constants, starts = _constants(skey, rows, modes, ts)
     return ShapeView(
         key=skey,
         label=label,
@@ -316,3 +277,55 @@ def _workload_order(w: WorkloadView) -> tuple[Any, ...]:
 
 
 # ---------------------------------------------------------------- verdicts and summaries
+
+
+def _add_row_facts(cell: Cell, r: Mapping[str, Any]) -> None:
+    """What one row adds to its cell beyond the selector's values: its block (GPU or run), window CIs, ITL
+    dropped for coalesced chunks, delivered / offered output, vLLM's queue."""
+    block = r.get("gpu_uuid") or r.get("run_id")
+    if block:
+        cell.block[int(r.get("repeat") or 0)] = str(block)
+    dropped = False
+    for metric in VIEWS:
+        if metric_value(r, metric) is not None:
+            ci = finite_number(r.get(metric + "_ci"))  # adaptive windows record it; older rows do not
+            if ci is not None:
+                cell.ci.setdefault(metric, []).append(ci)
+        elif metric.startswith("itl_") and finite_number(r.get(metric)) is not None:
+            dropped = True
+    cell.itl_dropped += int(dropped)
+    sent_rate = finite_number(r.get("sent_rate")) or 0.0
+    offered = sent_rate * (finite_number(r.get("sent_output_tokens_mean")) or 0.0)
+    out_rate = finite_number(r.get("output_tok_s"))
+    if offered > 0 and out_rate is not None:
+        cell.delivered.append(out_rate / offered)
+    queue = finite_number(r.get("obs_queue_mean"))
+    if queue is not None:
+        cell.queue.append(queue)
+
+
+def _constants(skey: str, rows: Sequence[Mapping[str, Any]], modes: Sequence[str],
+               ts: TrainingSet | None) -> tuple[dict[str, dict[str, float | None]], dict[str, int]]:
+    """Per mode: start-up, capture time and graph memory (the selector's means where it has them), and how
+    many engine starts its rows come from."""
+    constants: dict[str, dict[str, float | None]] = {}
+    starts: dict[str, int] = {}
+    for m in modes:
+        per_start: dict[str, Mapping[str, Any]] = {}
+        for r in rows:
+            if _mode(r) == m:
+                per_start.setdefault(str(r.get("run_id")), r)
+        starts[m] = len(per_start)
+        constants[m] = {}
+        for c in ("startup_s", "capture_s", "graph_gib"):
+            if ts is not None and skey in ts.shape_keys and m in ts.modes and c in ts.constants:
+                v = ts.const_mean[ts.shape_keys.index(skey), ts.modes.index(m), ts.constants.index(c)]
+                constants[m][c] = float(v) if math.isfinite(v) else None
+            else:
+                # a start beside others (a race's wave) reads their memory in vLLM's graph GiB: lone starts only
+                alone = [r for r in per_start.values() if c != "graph_gib" or lone_start(r)]
+                vals = [v for v in (finite_number(r.get(c)) for r in alone) if v is not None]
+                if not vals and m == "NONE" and c in ("capture_s", "graph_gib"):
+                    vals = [0.0]  # NONE captures no graphs (as the selector counts it)
+                constants[m][c] = float(np.mean(vals)) if vals else None
+    return constants, starts
