@@ -1,11 +1,11 @@
-"""The report's capture-size section: tokens per engine step per model shape, with the chosen sizes marked.
+"""The report's capture-size section: per model shape, the capture sizes chosen for its tokens per engine step.
 
 Each profiled cell records the step-size histogram of its window (``step_sizes``, see
 :mod:`graphmode.profiling.features`). Per shape the cells' histograms are summed (step sizes follow the
 traffic, not the mode) and :func:`graphmode.selector.capture.choose_capture_sizes` picks the sizes for vLLM's
 default mode, priced by that shape's measured engine starts; where the dataset raced a list like the chosen
 one, a note gives that race's verdicts. Rows from before step sizes were recorded give a note instead of a
-figure.
+row.
 """
 
 from __future__ import annotations
@@ -97,35 +97,6 @@ def shape_steps(datasets: Sequence[Path]) -> tuple[list[ShapeSteps], int]:
     return out, missing
 
 
-def figure(shape: ShapeSteps) -> Any:
-    """Steps per histogram bucket (log token axis), chosen sizes as green lines, the default's largest dashed."""
-    import plotly.graph_objects as go
-
-    s = shape.steps
-    lowers = [0.0, *s.le]
-    x = [f"≤{int(e)}" if i == 0 else f"{int(lowers[i]) + 1}–{int(e)}" for i, e in enumerate(s.le)]
-    x.append(f">{int(s.le[-1])}" if s.le else "all")
-    fig = go.Figure(go.Bar(x=x, y=s.steps, marker_color="#64748b", name="steps",
-                           hovertemplate="%{x} tokens: %{y:,.0f} steps<extra></extra>"))
-
-    def bucket_of(size: int) -> int:
-        return next((i for i, e in enumerate(s.le) if size <= e), len(s.le))
-
-    marked: dict[int, list[int]] = defaultdict(list)
-    for size in shape.answer.sizes:
-        marked[bucket_of(size)].append(size)
-    for i, sizes in marked.items():
-        fig.add_annotation(x=x[i], y=s.steps[i], text="▲ " + ", ".join(map(str, sizes)), showarrow=False,
-                           yshift=12, font={"color": "#15803d", "size": 11})
-    top = shape.answer.default_sizes[-1]
-    fig.add_annotation(x=x[bucket_of(top)], y=0, text=f"default max {top}", showarrow=True, arrowhead=2, ay=-40,
-                       font={"color": "#6b7280", "size": 10})
-    fig.update_layout(height=260, margin={"l": 50, "r": 10, "t": 24, "b": 40}, showlegend=False,
-                      title={"text": f"{shape.label}: tokens per engine step, chosen sizes ▲", "font": {"size": 12}},
-                      xaxis_title="tokens per step (vllm:iteration_tokens_total bucket)", yaxis_title="steps")
-    return fig
-
-
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.1%}"
 
@@ -136,17 +107,16 @@ def _num(v: float | None, fmt: str) -> str:
 
 @dataclass
 class CaptureSection:
-    """The capture-size section: per shape its step histogram (a plotly figure) and a row of the table."""
+    """The capture-size section: a row of the table per shape, and its notes."""
 
     shapes: list[ShapeSteps]
-    figures: list[Any]
     table: Table
     notes: list[str]
     missing: int
 
 
-def section(datasets: Sequence[Path], figures: bool = True) -> CaptureSection:
-    """Per shape the step histogram with the chosen sizes marked, a table and its notes."""
+def section(datasets: Sequence[Path]) -> CaptureSection:
+    """Per shape the chosen sizes against the default list, and the notes."""
     shapes, missing = shape_steps(datasets)
     rows = []
     for sh in shapes:
@@ -170,4 +140,4 @@ def section(datasets: Sequence[Path], figures: bool = True) -> CaptureSection:
                      f"Mode {DEFAULT_MODE}; step sizes summed over every mode's cells of a shape.")
     if missing:
         notes.append(f"{missing} ok rows recorded no step sizes and are left out.")
-    return CaptureSection(shapes, [figure(sh) for sh in shapes] if figures else [], table, notes, missing)
+    return CaptureSection(shapes, table, notes, missing)

@@ -139,16 +139,17 @@ def configurations(rows: Iterable[Mapping[str, Any]], names: Mapping[str, str] |
         c.rows = len(grows)
         ok = [r for r in grows if r.get("status") == "ok"]
         c.ok_rows = len(ok)
+        skeys: dict[int, str] = {}  # id(row) -> shape key (shape_of_row reads the deployment: once a row)
         for r in grows:
             shape = shape_of_row(r)
-            skey = shape_key(shape)
+            skey = skeys[id(r)] = shape_key(shape)
             c.shapes.setdefault(skey, shape_labels(shape, names or {})[1])
             c.shape_rows[skey] = c.shape_rows.get(skey, 0) + (r.get("status") == "ok")
         c.verdicts = race_verdicts(ok)
         by_shape: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
         for r in ok:
             if r.get("race_arm"):
-                by_shape[shape_key(shape_of_row(r))].append(r)
+                by_shape[skeys[id(r)]].append(r)
         c.costs = {skey: arm_costs(srows) for skey, srows in by_shape.items()}
         out.append(c)
     out.sort(key=lambda c: (c.key[0], _version_order(c.key[1]), c.label))

@@ -108,7 +108,6 @@ def page(
         paired_min_workloads=PAIRED_MIN_WORKLOADS,
         noise_table=tables.noise_table(data),
         capture=capture,
-        capture_figures=[fig_html(f, f"capture-{i}") for i, f in enumerate(capture.figures)],
         n_failed=len(data.failed),
         failed_table=tables.failed_table(data),
         version=__version__,

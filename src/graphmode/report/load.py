@@ -122,9 +122,11 @@ def load_report_data(paths: Sequence[Path], *, shapes_dir: Path | None = None) -
     failed: list[FailedRow] = []
     ok_by_host: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
     bad_modes: set[str] = set()
+    skeys: dict[int, str] = {}  # id(row) -> its shape key: shape_of_row reads the deployment, once a row
     for name, r in rows:
         mode = _mode(r)
         shape = shape_of_row(r)
+        skeys[id(r)] = shape_key(shape)
         if r.get("status") != "ok":
             reason = str(r.get("reason") or "no reason recorded").strip()
             failed.append(FailedRow(name, shape_labels(shape, names)[1], mode or str(r.get("mode")),
@@ -141,7 +143,7 @@ def load_report_data(paths: Sequence[Path], *, shapes_dir: Path | None = None) -
     failed_count: dict[tuple[str, str], int] = defaultdict(int)
     for _, r in rows:
         if r.get("status") != "ok":
-            failed_count[(shape_key(shape_of_row(r)), _mode(r) or str(r.get("mode")))] += 1
+            failed_count[(skeys[id(r)], _mode(r) or str(r.get("mode")))] += 1
 
     shapes: list[ShapeView] = []
     for (gpu, vllm), host_rows in ok_by_host.items():
@@ -153,7 +155,7 @@ def load_report_data(paths: Sequence[Path], *, shapes_dir: Path | None = None) -
                          "their measurements are shown, without ties and verdicts")
         by_shape: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in host_rows:
-            by_shape[shape_key(shape_of_row(r))].append(r)
+            by_shape[skeys[id(r)]].append(r)
         for skey, srows in by_shape.items():
             shapes.append(_shape_view(skey, srows, ts, names, failed_count))
     many_hosts = len({(s.host.gpu_name, s.host.vllm_version) for s in shapes}) > 1
