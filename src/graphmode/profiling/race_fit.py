@@ -1,7 +1,7 @@
 """Do a race's resident engines fit the GPU? Checked before any engine starts.
 
 A race keeps every arm's engine (× ``replicas``) resident on one GPU. When they do not fit, the last
-engines to allocate fail at start-up with CUDA out-of-memory or a negative KV cache, minutes into a lease:
+engines to allocate fail at start-up with CUDA out-of-memory or a negative KV cache, minutes into the GPU time:
 a clear refusal up front, naming how many would fit, costs nothing. The estimate per engine is the
 weights (parameters from config.json × bytes per parameter: 1 for FP8 checkpoints or ``--quantization
 fp8``, else 2), the KV cache the race gives each engine (``--kv-cache-memory-bytes``), and an overhead
@@ -92,7 +92,7 @@ def fit_problem(engines: int, vllm_args: Sequence[str], gpu_gib: float | None, k
     if total <= gpu_gib:
         return None
     fit = int(gpu_gib // per_engine)
-    # the largest whole GiB of KV cache with which all of them fit (lease 8 guessed 3G after 4G was refused)
+    # the largest whole GiB of KV cache with which all of them fit (so the user need not guess it)
     kv_max = math.floor(gpu_gib / engines - w - ENGINE_OVERHEAD_GIB)
     less = (f"or give each engine at most {kv_max}G of KV cache (--kv-cache-memory-bytes)" if kv_max >= 1
             else "and the weights alone leave no GiB of KV cache for that many")

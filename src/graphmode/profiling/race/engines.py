@@ -165,7 +165,7 @@ class EngineStarts:
                 return
             except Exception as exc:
                 # anything else raised in this thread would leave the engine neither live nor failed, and the
-                # race would go on one replica short without a word (CI, 2026-12-03: a parser SystemError)
+                # race would go on one replica short without a word (a parser SystemError did this once)
                 with contextlib.suppress(Exception):
                     arm.server.stop()
                 arm.state = "failed"

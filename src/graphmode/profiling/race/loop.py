@@ -192,7 +192,7 @@ class Racer(EngineStarts):
             elif not self._open_workloads(todo):
                 summary.stop_reason = "no open workload left: the remaining verdicts depend on the workload"
             elif self.prior_gpu_s / 60 >= c.budget_min:
-                # lease 10: a call with the budget it had had before looked like a race that would go on
+                # a resumed race with the budget it already spent must say so, not look like one that goes on
                 summary.stop_reason = (
                     f"budget of {c.budget_min:g} GPU-minutes spent in earlier sessions "
                     f"({self.prior_gpu_s / 60:.1f} in all): --budget-min is the race's total over its sessions; "
