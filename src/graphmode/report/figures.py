@@ -32,7 +32,6 @@ MODE_SHORT: dict[str, str] = {
 }
 SHAPE_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "pentagon", "hexagon")
 FONT = "Inter, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
-FACET_COLUMNS = 6
 
 
 def plotly_modules() -> tuple[Any, Any]:
@@ -82,21 +81,6 @@ def _menu(buttons: list[dict[str, Any]], y: float) -> dict[str, Any]:
             "font": {"size": 11}, "bgcolor": "#f3f4f6", "bordercolor": "#d1d5db", "active": 0}
 
 
-def _center(fig: Any, r: int, c: int, cols: int) -> tuple[float, float, float]:
-    """(x middle, y bottom, y top) of subplot (r, c) in paper coordinates."""
-    n = _axis(r, c, cols)
-    xd = fig.layout[f"xaxis{n}"].domain
-    yd = fig.layout[f"yaxis{n}"].domain
-    return (xd[0] + xd[1]) / 2, yd[0], yd[1]
-
-
-# ---------------------------------------------------------------- per-workload bars
-def _axis(r: int, c: int, cols: int) -> str:
-    n = (r - 1) * cols + c
-    return "" if n == 1 else str(n)
-
-
-# ---------------------------------------------------------------- decision map
 def decision_figure(maps: Sequence[DecisionMap], modes: Sequence[str] | None = None) -> Any:
     """The model's chosen mode over rate × ratio (heatmap), measured winners on top; menu per shape."""
     go, make_subplots = plotly_modules()
