@@ -114,14 +114,6 @@ class Cell:
         v = self.vals(metric)
         return float(np.mean(v)) if v else None
 
-    def lo(self, metric: str) -> float | None:
-        v = self.vals(metric)
-        return min(v) if v else None
-
-    def hi(self, metric: str) -> float | None:
-        v = self.vals(metric)
-        return max(v) if v else None
-
     def ci_median(self, metric: str) -> float | None:
         """Median over repeats of the within-window 95% CI half-width (relative), where rows record one."""
         v = self.ci.get(metric, [])
@@ -166,12 +158,6 @@ class WorkloadView:
     cells: dict[str, Cell]
     unit: int | None = None  # index into the shape's TrainingSet, None when the selector left it out
     verdicts: dict[str, Verdict] = field(default_factory=dict)
-
-    @property
-    def tokens(self) -> tuple[float, float] | None:
-        if self.input_tokens is None or self.output_tokens is None:
-            return None
-        return (self.input_tokens, self.output_tokens)
 
 
 @dataclass
