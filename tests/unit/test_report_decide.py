@@ -8,7 +8,7 @@ import pytest
 
 from graphmode.core.modes import ALL_MODES
 from graphmode.report.configs import configurations
-from graphmode.report.decide import REFERENCE_WORKLOADS, releases, verdict_cell
+from graphmode.report.decide import RACE_BASIS, REFERENCE_WORKLOADS, releases, verdict_cell
 from graphmode.report.html import environment
 from graphmode.report.load import load_report_data
 from graphmode.report.table import Table
@@ -52,6 +52,8 @@ def test_each_release_gets_its_own_verdicts_and_the_bundled_model_of_that_releas
         assert r.answers.rows[0][0].text == REFERENCE_WORKLOADS[0][0]
         modes = {row[2].text for row in r.answers.rows}
         assert modes <= {m.value for m in ALL_MODES}
+        assert all(row[4].text in {*RACE_BASIS.values(), "model prediction", "model: within noise of the default"}
+                   for row in r.answers.rows)
         page = _render(r.verdicts)
         assert "qwen2.5-0.5b" in page and " over " in page and "FULL" in page
 

@@ -33,6 +33,12 @@ REFERENCE_WORKLOADS: tuple[tuple[str, float, float, float], ...] = (
     ("busy: 32 req/s, 256 → 256 tokens", 32.0, 256.0, 256.0),
 )
 ANSWER_METRICS: tuple[str, ...] = ("itl_p50", "ttft_p50")
+# RaceAnswer.basis in words
+RACE_BASIS: dict[str, str] = {
+    "better": "races: beat the default by more than the equivalence margin",
+    "equivalent": "races: equivalent to the default, and cheaper",
+    "default": "races: nothing beat the default",
+}
 
 
 @dataclass
@@ -107,8 +113,8 @@ def answer_table(rec: Recommender) -> Table:
                 rows.append([lead, Cell(metric), Cell("–", cls="muted", note=str(exc)), Cell(), Cell()])
                 continue
             gain = "–" if r.gain_vs_default_pct is None else f"{r.gain_vs_default_pct:+.1f}%"
-            basis = (f"race: {r.race.basis}" if r.race is not None else
-                     ("within noise of the default" if not r.gain_significant else "model prediction"))
+            basis = (RACE_BASIS.get(r.race.basis, r.race.basis) if r.race is not None else
+                     ("model: within noise of the default" if not r.gain_significant else "model prediction"))
             rows.append([lead, Cell(metric), Cell(r.mode, strong=True, cls="answer"), num(gain), Cell(basis)])
     return Table.of(["workload", "objective", "mode", "predicted vs default", "why"], rows, "answers")
 
