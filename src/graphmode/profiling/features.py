@@ -233,11 +233,6 @@ class FeatureWindow:
         return compute_step_sizes(list(self._snapshots))
 
     @property
-    def span_s(self) -> float:
-        """Seconds between the oldest and newest snapshot held (0 with fewer than two)."""
-        return self._snapshots[-1].t - self._snapshots[0].t if len(self._snapshots) >= 2 else 0.0
-
-    @property
     def snapshots(self) -> tuple[MetricsSnapshot, ...]:
         return tuple(self._snapshots)
 
