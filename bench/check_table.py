@@ -17,9 +17,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from graphmode.profiling.campaign import load_campaign
+
 from graphmode.check.load import inputs_for
 from graphmode.check.rules import check_deployment
-from graphmode.profiling.campaign import load_campaign
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURED = {

@@ -189,7 +189,7 @@ def predict_steps(desc: WorkloadDescription, rows: Iterable[Mapping[str, Any]], 
             input_tokens=spec.input_tokens, output_tokens=spec.output_tokens,
             max_num_seqs=r.get("dep_max_num_seqs"), cell_load=round(load_c, 2), predicted_load=round(load_d, 2),
             scale=round(load_d / load_c, 4), distance=round(dist, 4), largest_batch=b_new))
-    n_steps = float(np.mean([s.n_steps for _, _, _, s, *_ in picked]))
+    n_steps = float(np.mean([sum(s.steps) for _, _, _, s, *_ in picked]))
     steps_out = _rebin(weight * n_steps / len(picked), le, running)
     tops = [c.largest_batch for c in cells]
     spread = (f"uncertainty: nearest cell at distance {cells[0].distance:.2f} (0 = same load and lengths); "
