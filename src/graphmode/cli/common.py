@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -32,6 +34,33 @@ def handle_errors() -> Iterator[None]:
     except GraphmodeError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_ERROR) from None
+
+
+def read_at_file(text: str, option: str) -> str:
+    """``text``, or the contents of the file ``@PATH`` names (an option's ``@file`` form); a file that cannot be
+    read is a :class:`ConfigError` naming the option and the path, never a traceback."""
+    if not text.startswith("@"):
+        return text
+    path = Path(text[1:])
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{option}: cannot read {terminal_safe(str(path), 200)}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{option}: {terminal_safe(str(path), 200)} is not UTF-8 text") from None
+
+
+# C0 and C1 control characters and DEL (ESC starts terminal escape sequences), and the bidirectional
+# overrides: what a remote server's text must not bring to a terminal. Tab stays.
+_UNSAFE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str, limit: int | None = None) -> str:
+    """``text`` fit to print: every control character (escape sequences, NUL, newlines) shown as ``?``, and
+    cut to ``limit`` characters when one is given. For anything a remote server says (its ``/version``) that
+    the CLI prints, as the service filters what it quotes."""
+    clean = _UNSAFE.sub("?", text)
+    return clean if limit is None or len(clean) <= limit else clean[: limit - 1] + "…"
 
 
 # The pyproject extra each command needs, and the extra that brings each optional import (for the rest).

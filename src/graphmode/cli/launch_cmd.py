@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from graphmode.cli.common import handle_errors, vllm_invocation
+from graphmode.cli.common import handle_errors, read_at_file, vllm_invocation
 from graphmode.core.errors import ConfigError, EngineError
 
 console = Console(stderr=True)
@@ -28,7 +28,7 @@ def _workload(text: str | None, rate: float | None, burstiness: float | None, in
 
     data: dict[str, Any] = {}
     if text:
-        raw = Path(text[1:]).read_text(encoding="utf-8") if text.startswith("@") else text
+        raw = read_at_file(text, "--workload")
         try:
             loaded = json.loads(raw)
         except json.JSONDecodeError as exc:

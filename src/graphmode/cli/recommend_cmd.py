@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from graphmode.cli.common import handle_errors
+from graphmode.cli.common import handle_errors, read_at_file, terminal_safe
 from graphmode.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def _fmt(v: float | None, scale: float, fmt: str) -> str:
 
 
 def _read_features(text: str) -> dict[str, Any]:
-    raw = Path(text[1:]).read_text(encoding="utf-8") if text.startswith("@") else text
+    raw = read_at_file(text, "--features")
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -66,7 +67,7 @@ def _read_step_sizes(text: str) -> Any:
 
     from graphmode.core.records import StepSizes
 
-    raw = Path(text[1:]).read_text(encoding="utf-8") if text.startswith("@") else text
+    raw = read_at_file(text, "--step-sizes")
     try:
         return StepSizes.model_validate_json(raw)
     except ValidationError as exc:
@@ -190,9 +191,9 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
         for line in capture_lines(rec.capture):
             console.print(line, highlight=False)
     for n in rec.notes:
-        console.print(f"[dim]note: {n}[/]", highlight=False)
+        console.print(f"[dim]note: {escape(terminal_safe(n))}[/]", highlight=False)
     for w in rec.warnings:
-        console.print(f"[bold yellow]warning:[/] {w}", highlight=False)
+        console.print(f"[bold yellow]warning:[/] {escape(terminal_safe(w))}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
