@@ -9,14 +9,23 @@ sends less than its Content-Length, or trickles it, cannot hold a connection and
 usable (Starlette's own error middleware would re-raise it, and uvicorn would then drop the keep-alive
 connection under the client).
 :class:`MetricsMiddleware` counts and times every request by route template.
+:class:`HeaderLimitMiddleware` answers 431 (and closes) when a request head is larger than
+``max_header_bytes``: uvicorn's own limit only applies to a head still incomplete after one read, so a head
+that arrives whole in one read (20 KB, 60 KB) would pass it.
+:class:`LoadShedMiddleware` answers 503 with ``Retry-After`` at once, before reading the body, when the
+service is past its capacity: too many requests in flight, or the event loop running behind by more than
+``max_queue_s`` (:class:`LoopLag`), so that past capacity callers get a fast refusal instead of a queue that
+grows until they time out. Only ``/v1/recommend`` is shed: ``/healthz``, ``/metrics`` and the rest never are.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import anyio
 from starlette.exceptions import HTTPException
@@ -200,3 +209,104 @@ class MetricsMiddleware:
             method = scope.get("method", "")
             self.metrics.requests.labels(method, path, str(status)).inc()
             self.metrics.latency.labels(method, path).observe(time.perf_counter() - t0)
+
+
+def head_bytes(scope: Scope) -> int:
+    """The size of a request's head as it came on the wire (request line and header lines, give or take the
+    spelling of the HTTP version)."""
+    line = len(scope.get("method", "")) + len(scope.get("raw_path") or b"") + len(scope.get("query_string", b""))
+    return line + 12 + sum(len(k) + len(v) + 4 for k, v in scope.get("headers", ())) + 2
+
+
+class HeaderLimitMiddleware:
+    """431 and close for a request head larger than ``max_header_bytes`` (see the module docstring)."""
+
+    def __init__(self, app: ASGIApp, max_header_bytes: int) -> None:
+        self.app = app
+        self.max_header_bytes = max_header_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and head_bytes(scope) > self.max_header_bytes:
+            await send_json(send, 431, {"detail": f"request head larger than {self.max_header_bytes} bytes"},
+                            close=True)
+            return
+        await self.app(scope, receive, send)
+
+
+class LoopLag:
+    """How far behind the running event loop is, in seconds: a timer is due every ``interval_s``, and how
+    long it is overdue right now is the lag. A saturated loop runs every ready callback (each request's task)
+    before that timer's, so a request that finds it overdue by X has waited about X. A loop that caught up
+    (the timer fired) reads 0 at once, so a stall that is over refuses nothing. Follows the loop it is called
+    on (a new loop starts a new timer)."""
+
+    def __init__(self, interval_s: float = 0.05) -> None:
+        self.interval_s = interval_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._due = 0.0
+
+    def __call__(self) -> float:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop = loop
+            self._schedule()
+            return 0.0
+        return max(0.0, loop.time() - self._due)
+
+    def _schedule(self) -> None:
+        assert self._loop is not None
+        self._due = self._loop.time() + self.interval_s
+        self._loop.call_later(self.interval_s, self._tick, self._loop)
+
+    def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
+        if loop is self._loop:  # else another loop took over
+            self._schedule()
+
+
+class LoadShedMiddleware:
+    """503 + ``Retry-After`` at once, past capacity (see the module docstring).
+
+    A request to one of ``paths`` (the hot path: ``POST /v1/recommend``) is refused when ``max_in_flight``
+    of them are already in the app, or when ``lag()`` (seconds the event loop runs behind; :class:`LoopLag`
+    unless given) exceeds ``max_queue_s``. Other paths (``/healthz``, ``/metrics``, jobs, models: cheap and
+    rare) always go through, uncounted. ``on_shed`` is called with the reason of each refusal (a counter).
+    """
+
+    def __init__(self, app: ASGIApp, max_in_flight: int, max_queue_s: float,
+                 lag: Callable[[], float] | None = None, paths: Collection[str] = ("/v1/recommend",),
+                 on_shed: Callable[[str], None] | None = None) -> None:
+        self.app = app
+        self.max_in_flight = max_in_flight
+        self.max_queue_s = max_queue_s
+        self.lag = lag or LoopLag()
+        self.paths = frozenset(paths)
+        self.on_shed = on_shed
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        overload = self._overload()
+        if overload is not None:
+            reason, why = overload
+            if self.on_shed is not None:
+                self.on_shed(reason)
+            retry = max(1, math.ceil(self.max_queue_s))
+            await send_json(send, 503, {"detail": f"overloaded: {why}; retry in {retry} s"},
+                            headers={"Retry-After": str(retry)})
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    def _overload(self) -> tuple[str, str] | None:
+        """(reason, message) when a request must be shed now, else None."""
+        if self.in_flight >= self.max_in_flight:
+            return "in_flight", f"{self.in_flight} requests in progress (limit {self.max_in_flight})"
+        behind = self.lag()
+        if behind > self.max_queue_s:
+            return "queue", f"requests wait {behind:.2f} s for the event loop (limit {self.max_queue_s:g} s)"
+        return None
