@@ -73,15 +73,25 @@ def test_a_head_above_the_limit_gets_431(size: int) -> None:
     assert ok.status == 200 and app.calls == 1
 
 
+class _FakeLag:
+    """An injected lag reading: (seconds behind, requests arrived while behind)."""
+
+    def __init__(self) -> None:
+        self.reading = (0.0, 0)
+
+    def arrival(self) -> tuple[float, int]:
+        return self.reading
+
+
 def test_a_loop_running_behind_sheds_with_retry_after() -> None:
-    lag = [0.0]
+    lag = _FakeLag()
     shed: list[str] = []
     app = _App()
-    mw = LoadShedMiddleware(app, max_in_flight=100, max_queue_s=0.25, lag=lambda: lag[0], on_shed=shed.append)
+    mw = LoadShedMiddleware(app, max_in_flight=100, max_queue_s=0.1, lag=lag, on_shed=shed.append, min_late=4)
     first = _Sent()
     _run(mw(_scope(), _receive, first))
     assert first.status == 200
-    lag[0] = 0.3
+    lag.reading = (0.3, 12)  # behind, with a queue
     refused = _Sent()
     _run(mw(_scope(), _receive, refused))
     assert refused.status == 503 and refused.headers[b"retry-after"] == b"1" and shed == ["queue"]
@@ -91,12 +101,16 @@ def test_a_loop_running_behind_sheds_with_retry_after() -> None:
         _run(mw(_scope(path), _receive, other))
         assert other.status == 200
     assert app.calls == 4
+    lag.reading = (0.3, 1)  # one request in a slow iteration: a stall of the machine, not a queue
+    stalled = _Sent()
+    _run(mw(_scope(), _receive, stalled))
+    assert stalled.status == 200 and shed == ["queue"]
 
 
 def test_too_many_in_flight_are_shed_at_once() -> None:
     async def scenario() -> tuple[list[int], int]:
         app = _App(hold=True)
-        mw = LoadShedMiddleware(app, max_in_flight=2, max_queue_s=10.0, lag=lambda: 0.0)
+        mw = LoadShedMiddleware(app, max_in_flight=2, max_queue_s=10.0, lag=_FakeLag())
         held = [_Sent() for _ in range(2)]
         tasks = [asyncio.create_task(mw(_scope(), _receive, s)) for s in held]
         await asyncio.sleep(0)
@@ -123,6 +137,22 @@ def test_loop_lag_counts_a_blocked_loop() -> None:
 
     start, blocked = _run(scenario())
     assert start == 0.0 and blocked >= 0.25
+
+
+def test_loop_lag_counts_arrivals_while_behind() -> None:
+    async def scenario() -> list[tuple[float, int]]:
+        lag = LoopLag(interval_s=0.05)
+        readings = [lag.arrival()]  # starts the timer: not behind
+        time.sleep(0.2)
+        readings += [lag.arrival() for _ in range(3)]  # three requests of one slow iteration
+        await asyncio.sleep(0.06)  # the timer fires: a new period
+        readings.append((lag(), lag.late))
+        return readings
+
+    readings = _run(scenario())
+    assert readings[0] == (0.0, 0)
+    assert [late for _, late in readings[1:4]] == [1, 2, 3] and all(b >= 0.15 for b, _ in readings[1:4])
+    assert readings[4][1] == 0
 
 
 def test_a_stall_that_is_over_refuses_nothing() -> None:

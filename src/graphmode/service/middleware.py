@@ -26,6 +26,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Collection, Mapping
+from typing import Protocol
 
 import anyio
 from starlette.exceptions import HTTPException
@@ -234,16 +235,20 @@ class HeaderLimitMiddleware:
 
 
 class LoopLag:
-    """How far behind the running event loop is, in seconds: a timer is due every ``interval_s``, and how
-    long it is overdue right now is the lag. A saturated loop runs every ready callback (each request's task)
-    before that timer's, so a request that finds it overdue by X has waited about X. A loop that caught up
-    (the timer fired) reads 0 at once, so a stall that is over refuses nothing. Follows the loop it is called
-    on (a new loop starts a new timer)."""
+    """How far behind the running event loop is: a timer is due every ``interval_s``, and how long it is
+    overdue right now is the lag. A saturated loop runs the ready callbacks (each request's task) before that
+    timer's, so a request that finds it overdue by X has waited about X. A loop that caught up (the timer
+    fired) reads 0 at once, so a stall that is over refuses nothing.
+
+    :meth:`arrival` also counts the requests that arrived while the timer was overdue (reset when it fires):
+    one slow iteration with one request in it is a stall (the machine is busy elsewhere), many are a queue.
+    Follows the loop it is called on (a new loop starts a new timer)."""
 
     def __init__(self, interval_s: float = 0.05) -> None:
         self.interval_s = interval_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._due = 0.0
+        self.late = 0  # arrivals since the timer fell due
 
     def __call__(self) -> float:
         loop = asyncio.get_running_loop()
@@ -253,8 +258,16 @@ class LoopLag:
             return 0.0
         return max(0.0, loop.time() - self._due)
 
+    def arrival(self) -> tuple[float, int]:
+        """(the lag now, arrivals while overdue, this one included) for a request that arrives now."""
+        lag = self()
+        if lag > 0:
+            self.late += 1
+        return lag, self.late
+
     def _schedule(self) -> None:
         assert self._loop is not None
+        self.late = 0
         self._due = self._loop.time() + self.interval_s
         self._loop.call_later(self.interval_s, self._tick, self._loop)
 
@@ -263,21 +276,27 @@ class LoopLag:
             self._schedule()
 
 
+class Lag(Protocol):
+    def arrival(self) -> tuple[float, int]: ...
+
+
 class LoadShedMiddleware:
     """503 + ``Retry-After`` at once, past capacity (see the module docstring).
 
     A request to one of ``paths`` (the hot path: ``POST /v1/recommend``) is refused when ``max_in_flight``
-    of them are already in the app, or when ``lag()`` (seconds the event loop runs behind; :class:`LoopLag`
-    unless given) exceeds ``max_queue_s``. Other paths (``/healthz``, ``/metrics``, jobs, models: cheap and
-    rare) always go through, uncounted. ``on_shed`` is called with the reason of each refusal (a counter).
+    of them are already in the app, or when the event loop runs more than ``max_queue_s`` behind with at
+    least ``min_late`` requests arrived meanwhile (``lag``: :class:`LoopLag` unless given). Other paths
+    (``/healthz``, ``/metrics``, jobs, models: cheap and rare) always go through, uncounted. ``on_shed`` is
+    called with the reason of each refusal (a counter).
     """
 
-    def __init__(self, app: ASGIApp, max_in_flight: int, max_queue_s: float,
-                 lag: Callable[[], float] | None = None, paths: Collection[str] = ("/v1/recommend",),
-                 on_shed: Callable[[str], None] | None = None) -> None:
+    def __init__(self, app: ASGIApp, max_in_flight: int, max_queue_s: float, lag: Lag | None = None,
+                 paths: Collection[str] = ("/v1/recommend",), on_shed: Callable[[str], None] | None = None,
+                 min_late: int = 4) -> None:
         self.app = app
         self.max_in_flight = max_in_flight
         self.max_queue_s = max_queue_s
+        self.min_late = min_late
         self.lag = lag or LoopLag()
         self.paths = frozenset(paths)
         self.on_shed = on_shed
@@ -306,7 +325,7 @@ class LoadShedMiddleware:
         """(reason, message) when a request must be shed now, else None."""
         if self.in_flight >= self.max_in_flight:
             return "in_flight", f"{self.in_flight} requests in progress (limit {self.max_in_flight})"
-        behind = self.lag()
-        if behind > self.max_queue_s:
+        behind, late = self.lag.arrival()
+        if behind > self.max_queue_s and late >= self.min_late:
             return "queue", f"requests wait {behind:.2f} s for the event loop (limit {self.max_queue_s:g} s)"
         return None
