@@ -93,3 +93,14 @@ def test_a_servers_version_is_printed_without_escapes(evil_server: str) -> None:
     assert "RED" in result.output  # the version is quoted (in the fingerprint warning) ...
     assert "\x1b" not in result.output and "\x00" not in result.output and "\x07" not in result.output  # ... inert
     assert "\u202e" not in result.output
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+@pytest.mark.parametrize("command", [["recommend"], ["launch", "--dry-run"]])
+def test_a_non_finite_rate_is_said_to_be_one(command: list[str], value: str) -> None:
+    argv = [*command, "--rate", value, "--input-tokens", "100", "--output-tokens", "10"]
+    result = CliRunner().invoke(app, argv + (["--", "--model", "m"] if command[0] == "launch" else []))
+    assert result.exit_code == 2, result.output
+    out = " ".join(result.output.split())
+    assert "rate: must be a finite number" in out, out
+    assert "errors.pydantic.dev" not in out and "less than or equal" not in out and "type=" not in out

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -48,6 +49,29 @@ def read_at_file(text: str, option: str) -> str:
         raise ConfigError(f"{option}: cannot read {terminal_safe(str(path), 200)}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{option}: {terminal_safe(str(path), 200)} is not UTF-8 text") from None
+
+
+# The CLI flag of each workload-description field, for messages about them.
+WORKLOAD_FLAGS = {"rate": "--rate", "burstiness": "--burstiness", "input_tokens": "--input-tokens",
+                  "output_tokens": "--output-tokens", "concurrency": "--concurrency"}
+
+
+def validation_message(exc: Exception, flags: Mapping[str, str] | None = None) -> str:
+    """The first problem of a pydantic ``ValidationError`` as one line for a person: the field (as its CLI flag
+    when ``flags`` names it) and what is wrong, without pydantic's type codes and documentation URLs. A NaN
+    or infinite number is said to be one (pydantic would report a bound it "exceeds"). Other exceptions: their
+    text."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError) or not exc.errors():
+        return str(exc)
+    err = exc.errors(include_url=False)[0]
+    field = ".".join(map(str, err["loc"]))
+    name = (flags or {}).get(field, field)
+    value = err.get("input")
+    msg = (f"must be a finite number, got {value}" if isinstance(value, float) and not math.isfinite(value)
+           else str(err["msg"]))
+    return f"{name}: {msg}" if name else msg
 
 
 # C0 and C1 control characters and DEL (ESC starts terminal escape sequences), and the bidirectional

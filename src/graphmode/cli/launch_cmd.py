@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from graphmode.cli.common import handle_errors, read_at_file, vllm_invocation
+from graphmode.cli.common import handle_errors, read_at_file, validation_message, vllm_invocation
 from graphmode.core.errors import ConfigError, EngineError
 
 console = Console(stderr=True)
@@ -45,8 +45,7 @@ def _workload(text: str | None, rate: float | None, burstiness: float | None, in
     try:
         return WorkloadDescription.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ConfigError(f"workload description: {'.'.join(map(str, first['loc']))}: {first['msg']} "
+        raise ConfigError(f"workload description: {validation_message(exc)} "
                           "(need rate, input_tokens, output_tokens)") from None
 
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from graphmode.cli.common import handle_errors, read_at_file, terminal_safe
+from graphmode.cli.common import WORKLOAD_FLAGS, handle_errors, read_at_file, terminal_safe, validation_message
 from graphmode.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -324,7 +324,7 @@ def register(app: typer.Typer) -> None:
                         concurrency=concurrency,
                     )
                 except ValueError as exc:
-                    raise ConfigError(f"invalid workload description: {exc}") from None
+                    raise ConfigError(f"workload description: {validation_message(exc, WORKLOAD_FLAGS)}") from None
             elif features is not None:
                 from pydantic import ValidationError
 
