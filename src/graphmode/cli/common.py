@@ -5,13 +5,16 @@ from __future__ import annotations
 import math
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from graphmode.core.errors import ConfigError, GraphmodeError
 from graphmode.core.modes import CudaGraphMode, parse_mode
@@ -49,6 +52,22 @@ def read_at_file(text: str, option: str) -> str:
         raise ConfigError(f"{option}: cannot read {terminal_safe(str(path), 200)}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{option}: {terminal_safe(str(path), 200)} is not UTF-8 text") from None
+
+
+# Table style that fits the most columns in a narrow terminal: no outer edge, no vertical rules, one space
+# between columns.
+NARROW: dict[str, Any] = {"box": box.SIMPLE_HEAD, "show_edge": False, "pad_edge": False, "collapse_padding": True}
+
+
+def whole_column(table: Table, header: str, values: Iterable[str], **kwargs: Any) -> None:
+    """Add a column whose cells are never cut or wrapped, whatever the terminal's width: mode names, numbers,
+    and the model ids a user copies into another command (``FULL…`` or ``nvidia-h200-vllm0.24.0-ab3…`` is
+    useless). Its header may wrap; the table's other columns wrap to make room."""
+    width = max((len(v) for v in values), default=0)
+    words = header.split()
+    # one word a line when the values are narrower than the header (a no_wrap header would not wrap)
+    head = "\n".join(words) if width < len(header) else header
+    table.add_column(head, no_wrap=True, min_width=max([width, *map(len, words)]), **kwargs)
 
 
 # The CLI flag of each workload-description field, for messages about them.

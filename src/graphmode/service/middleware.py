@@ -244,7 +244,7 @@ class LoopLag:
     one slow iteration with one request in it is a stall (the machine is busy elsewhere), many are a queue.
     Follows the loop it is called on (a new loop starts a new timer)."""
 
-    def __init__(self, interval_s: float = 0.05) -> None:
+    def __init__(self, interval_s: float = 0.01) -> None:
         self.interval_s = interval_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._due = 0.0
