@@ -24,10 +24,10 @@ tokenizes, detokenizes and streams). Multiprocess Prometheus setups (several API
 register that collector, so it is then absent.
 
 Values no vLLM exports are unreadable, not errors: a metric with any sample that is NaN, ±Inf, negative or
-above :data:`SAMPLE_MAX` (or a histogram with such a bucket edge) is ``None`` in that snapshot, as if the
-server did not expose it. The features are then computed from what is left (a counter that reappears lower
-than it was counts as a reset), and no arithmetic downstream can overflow: a server exporting
-``vllm:num_requests_running 1e308`` or ``-3`` says nothing about its traffic.
+above :data:`SAMPLE_MAX` (or a histogram with such a bucket edge) is ``None``
+in that snapshot, as if the server did not expose it. The features are then computed from what is left (a
+counter that reappears lower than it was counts as a reset), and no arithmetic downstream can overflow: a
+server exporting ``vllm:num_requests_running 1e308`` or ``-3`` says nothing about its traffic.
 """
 
 from __future__ import annotations
