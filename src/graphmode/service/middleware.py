@@ -292,7 +292,7 @@ class LoadShedMiddleware:
 
     def __init__(self, app: ASGIApp, max_in_flight: int, max_queue_s: float, lag: Lag | None = None,
                  paths: Collection[str] = ("/v1/recommend",), on_shed: Callable[[str], None] | None = None,
-                 min_late: int = 4) -> None:
+                 min_late: int = 8) -> None:
         self.app = app
         self.max_in_flight = max_in_flight
         self.max_queue_s = max_queue_s
