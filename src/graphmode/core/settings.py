@@ -166,7 +166,7 @@ class ServiceSettings(BaseModel):
     # Load shedding: past capacity, a fast 503 + Retry-After instead of a queue that grows to timeouts.
     max_in_flight: int = Field(default=256, ge=1, description="recommend requests in progress at once; more get 503")
     max_queue_s: float = Field(
-        default=0.05, gt=0, allow_inf_nan=False,
+        default=0.025, gt=0, allow_inf_nan=False,
         description="seconds the event loop may run behind before new recommend requests get 503 (+ Retry-After)")
     # `serve --workers N`: each worker polls the models dir's reload stamp and follows another's reload.
     reload_poll_s: float = Field(
