@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 
 from graphmode.cli import options as o
-from graphmode.cli.common import handle_errors, vllm_invocation
+from graphmode.cli.common import handle_errors, read_at_file, validation_message, vllm_invocation
 from graphmode.core.errors import ConfigError, EngineError
 
 console = Console(stderr=True)
@@ -30,7 +30,7 @@ def _workload(text: str | None, rate: float | None, burstiness: float | None, in
 
     data: dict[str, Any] = {}
     if text:
-        raw = Path(text[1:]).read_text(encoding="utf-8") if text.startswith("@") else text
+        raw = read_at_file(text, "--workload")
         try:
             loaded = json.loads(raw)
         except json.JSONDecodeError as exc:
@@ -47,8 +47,7 @@ def _workload(text: str | None, rate: float | None, burstiness: float | None, in
     try:
         return WorkloadDescription.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ConfigError(f"workload description: {'.'.join(map(str, first['loc']))}: {first['msg']} "
+        raise ConfigError(f"workload description: {validation_message(exc)} "
                           "(need rate, input_tokens, output_tokens)") from None
 
 
