@@ -161,10 +161,7 @@ def _match_one(model_id: str, fp: Fingerprint, t: Fingerprint) -> FingerprintMat
             score += 1
         if t.num_params_b and fp.num_params_b and 1 / 1.5 <= t.num_params_b / fp.num_params_b <= 1.5:
             score += 1
-        diffs.append(
-            f"model {t.model_architecture or '?'} ({_params(t)}) vs model's "
-            f"{fp.model_architecture or '?'} ({_params(fp)})"
-        )
+        diffs.append(_model_difference(t, fp))
     for name in ("driver_version", "cuda_version"):
         tv, fv = getattr(t, name), getattr(fp, name)
         if tv and fv and tv != fv:
@@ -186,6 +183,22 @@ def _match_one(model_id: str, fp: Fingerprint, t: Fingerprint) -> FingerprintMat
         stale=bool(diffs or stale),
         warnings=warnings,
     )
+
+
+def _model_difference(t: Fingerprint, fp: Fingerprint) -> str:
+    """How the target's model differs from the model's: architecture and size, and when those read alike,
+    the config.json fields that change the computation (or that the configs differ, if one is unknown here)."""
+    from graphmode.core.fingerprint import config_differences
+
+    text = (f"model {t.model_architecture or '?'} ({_params(t)}) vs model's {fp.model_architecture or '?'} "
+            f"({_params(fp)})")
+    if t.model_architecture != fp.model_architecture or _params(t) != _params(fp):
+        return text
+    fields = config_differences(t.model_config_hash, fp.model_config_hash)
+    if fields:
+        return text + ": config.json differs in " + ", ".join(fields)
+    return (text + f": config.json differs in a field that changes the computation (shape {t.model_config_hash} "
+            f"vs {fp.model_config_hash})")
 
 
 def _params(fp: Fingerprint) -> str:
