@@ -224,6 +224,87 @@ def _verdict(shape: str, arm: str, metric: str, workload: str | None, d: Decisio
                        api_servers=servers)
 
 
+# A raced region reaches this factor past its outermost workloads (their centres are means of rounds that
+# spread around them); further out a verdict is an extrapolation.
+REGION_REACH = 1.5
+_UNITS = {"arrival_rate": "req/s", "mean_input_tokens": "prompt tokens", "mean_output_tokens": "output tokens",
+          "concurrency_mean": "requests in flight"}
+_GRID_FLAGS = {"arrival_rate": "rate", "mean_input_tokens": "input_tokens", "mean_output_tokens": "output_tokens",
+               "concurrency_mean": "concurrency"}
+
+
+class OutsideRegion(BaseModel):
+    """One dimension of a request outside a raced region: where the request is, where the races were."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    feature: str
+    value: float
+    raced_lo: float
+    raced_hi: float
+    factor: float = Field(description="how far outside: value / raced_hi above it, raced_lo / value below it")
+
+    def describe(self) -> str:
+        side = "above" if self.value > self.raced_hi else "below"
+        return (f"{self.feature} {self.value:.4g} {_UNITS.get(self.feature, '')} is {self.factor:.1f}× {side} the "
+                f"raced {self.raced_lo:.4g}–{self.raced_hi:.4g}")
+
+
+def region_span(verdicts: Iterable[RaceVerdict]) -> dict[str, tuple[float, float]]:
+    """Per region feature, the lowest and highest of the raced workloads' centres among *verdicts*."""
+    span: dict[str, tuple[float, float]] = {}
+    for v in verdicts:
+        if v.workload is None:
+            continue
+        for f, x in v.features.items():
+            if f in REGION_FEATURES and x > 0:
+                lo, hi = span.get(f, (x, x))
+                span[f] = (min(lo, x), max(hi, x))
+    return span
+
+
+# Load below the lightest raced workload is not outside: every race has a concurrency-1 stream (c1-short), and
+# a lighter load has at most one request in flight too, the same steps at longer idle gaps.
+_LOAD_FEATURES = frozenset({"arrival_rate", "concurrency_mean"})
+
+
+def outside_region(span: Mapping[str, tuple[float, float]], features: Mapping[str, Any],
+                   reach: float = REGION_REACH) -> list[OutsideRegion]:
+    """The request's dimensions outside *span* widened by *reach* (empty: the region holds the request);
+    token lengths count on both sides, load only above (:data:`_LOAD_FEATURES`)."""
+    out = []
+    for f, (lo, hi) in span.items():
+        x = features.get(f)
+        if not isinstance(x, int | float) or not math.isfinite(x) or x <= 0:
+            continue
+        # requests in flight move by whole requests: near one, one more is within reach whatever the factor
+        top = max(hi * reach, hi + 1.0) if f == "concurrency_mean" else hi * reach
+        if x > top:
+            out.append(OutsideRegion(feature=f, value=float(x), raced_lo=lo, raced_hi=hi, factor=x / hi))
+        elif x < lo / reach and f not in _LOAD_FEATURES:
+            out.append(OutsideRegion(feature=f, value=float(x), raced_lo=lo, raced_hi=hi, factor=lo / x))
+    return out
+
+
+def race_command(features: Mapping[str, Any], outside: Sequence[OutsideRegion] = ()) -> str:
+    """The ``graphmode profile --race`` command, grid included, that would measure the request's region: one
+    workload at the request's rate and token counts (and its concurrency when it is capped low)."""
+    def num(f: str, default: float) -> float:
+        x = features.get(f)
+        return float(x) if isinstance(x, int | float) and math.isfinite(x) and x > 0 else default
+
+    rate, prompt, out = num("arrival_rate", 4.0), num("mean_input_tokens", 256.0), num("mean_output_tokens", 128.0)
+    cap = "" if not any(o.feature == "concurrency_mean" for o in outside) else \
+        f", max_concurrency: {max(1, round(num('concurrency_mean', 1.0)))}"
+    grid = (f"{{name: region, workloads: [{{name: requested, rate: {rate:.4g}{cap}, input: {{mean: {prompt:.0f}, "
+            f"spread: 0.2}}, output: {{mean: {out:.0f}, spread: 0.2}}}}]}}")
+    length = 4096
+    while length < 1.3 * (prompt + out):
+        length *= 2
+    return (f"echo '{grid}' > region.yaml && graphmode profile --race --control --grid region.yaml -- "
+            f"--model DIR --max-model-len {length}")
+
+
 class EquivalentMode(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -241,9 +322,12 @@ class RaceAnswer(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: str = Field(description="the mode the verdicts choose")
-    basis: Literal["better", "equivalent", "default"] = Field(
+    basis: Literal["better", "equivalent", "default", "outside"] = Field(
         description="better: a mode beat the default by more than δ; equivalent: an equivalent mode taken for "
-                    "the objective's memory/start-up weights; default: nothing beat the default")
+                    "the objective's memory/start-up weights; default: nothing beat the default; outside: the "
+                    "request lies outside every raced region of this shape, so vLLM's default")
+    outside: list[OutsideRegion] = Field(default_factory=list, description="the dimensions of the request outside "
+                                                                           "the nearest raced region (basis outside)")
     metric: str
     region: str | None = Field(None, description="the raced workload whose verdicts applied, if not the pooled ones")
     verdict: RaceVerdict | None = Field(None, description="the chosen mode's verdict (rounds, ratio, interval)")
@@ -412,7 +496,20 @@ def race_decision(
     notes: list[str] = []
     servers = _pick_servers(mine, api_server_count, notes)
     mine = [v for v in mine if v.api_servers == servers]
+    spans = {n: region_span(v for v in mine if v.max_model_len == n) for n in {v.max_model_len for v in mine}}
+    away = {n: outside_region(span, features) for n, span in spans.items()}
+    holding = [n for n, out in away.items() if not out]
+    if away and not holding:
+        nearest = min(away, key=lambda n: sum(math.log(o.factor) for o in away[n]))
+        out = away[nearest]
+        notes.append("outside every raced region of this shape and configuration: " + "; ".join(
+            o.describe() for o in out) + f". vLLM's default ({default_mode}) stands; to measure this region: "
+            + race_command(features, out))
+        return RaceAnswer(mode=default_mode, basis="outside", metric=metric, outside=out, notes=notes)
     length = _pick_pool(mine, features, max_model_len, notes)
+    if holding and length not in holding:  # the nearest centre's region does not reach the request; another does
+        length = min(holding, key=lambda n: n or 0)
+        notes.append(f"race: the races at max_model_len={length} answer: their raced region holds the request")
     mine = [v for v in mine if v.max_model_len == length]
     # an arm vLLM ran as another mode measured that mode: it is neither evidence for nor a candidate of its name
     downgraded = sorted({(v.mode, v.runs_as) for v in mine if v.runs_as})
@@ -436,6 +533,7 @@ def race_decision(
                         pooled[v.mode].verdict == "undecided" and v.verdict != "undecided":
                     chosen[v.mode] = v
                     notes.append(f"pooled verdict open for {v.mode}; on the nearest raced workload: {v.describe()}")
+    region = _agree_or_not(pooled, regions, features, chosen, notes) or region
     if not any(v.workload == region for v in chosen.values()):
         region = None
     backed = set(corroborated)
@@ -517,6 +615,32 @@ def race_decision(
     return RaceAnswer(mode=mode, basis=basis, metric=metric, region=region,
                       verdict=chosen.get(mode), equivalent=equivalent, worse=worse, undecided=undecided,
                       notes=notes)
+
+
+def _agree_or_not(pooled: Mapping[str, RaceVerdict], regions: Sequence[RaceVerdict], features: Mapping[str, Any],
+                  chosen: dict[str, RaceVerdict], notes: list[str]) -> str | None:
+    """A pooled "better" answers only where the per-workload verdict nearest the request agrees (its rounds
+    read the same side, and it is not worse or equivalent): the effect depends on the load (FULL's TTFT win at
+    concurrency 1 is gone on prefill-heavy traffic at 32 req/s). Where it disagrees, that workload's verdict
+    stands for the mode (*chosen* is updated) and its name is returned."""
+    dists = {v.workload: d for v in regions if (d := _log_distance(v.features, features)) is not None}
+    if not dists:
+        return None
+    near = min(dists, key=lambda w: dists[w])
+    hit = None
+    for mode, p in pooled.items():
+        if p.verdict != "better":
+            continue
+        local = next((v for v in regions if v.workload == near and v.mode == mode), None)
+        ratio = None if local is None else (local.ratio_all if local.ratio_all is not None else local.ratio)
+        if local is None or local.verdict == "better" or (
+                local.verdict == "undecided" and ratio is not None and ratio < 1.0):
+            continue
+        chosen[mode] = local
+        hit = near
+        notes.append(f"race: pooled over every workload {p.describe()}, but on {near}, the raced workload nearest "
+                     f"the request, {local.describe()}: the pooled verdict does not answer here")
+    return hit
 
 
 def _savings(gib: float | None, startup_s: float | None) -> str:
