@@ -328,6 +328,8 @@ class RaceAnswer(BaseModel):
                     "request lies outside every raced region of this shape, so vLLM's default")
     outside: list[OutsideRegion] = Field(default_factory=list, description="the dimensions of the request outside "
                                                                            "the nearest raced region (basis outside)")
+    command: str | None = Field(None, description="basis outside: the graphmode profile --race command (grid "
+                                                  "included) that would measure the request's region")
     metric: str
     region: str | None = Field(None, description="the raced workload whose verdicts applied, if not the pooled ones")
     verdict: RaceVerdict | None = Field(None, description="the chosen mode's verdict (rounds, ratio, interval)")
@@ -502,10 +504,10 @@ def race_decision(
     if away and not holding:
         nearest = min(away, key=lambda n: sum(math.log(o.factor) for o in away[n]))
         out = away[nearest]
+        cmd = race_command(features, out)
         notes.append("outside every raced region of this shape and configuration: " + "; ".join(
-            o.describe() for o in out) + f". vLLM's default ({default_mode}) stands; to measure this region: "
-            + race_command(features, out))
-        return RaceAnswer(mode=default_mode, basis="outside", metric=metric, outside=out, notes=notes)
+            o.describe() for o in out) + f". vLLM's default ({default_mode}) stands; to measure this region: {cmd}")
+        return RaceAnswer(mode=default_mode, basis="outside", metric=metric, outside=out, command=cmd, notes=notes)
     length = _pick_pool(mine, features, max_model_len, notes)
     if holding and length not in holding:  # the nearest centre's region does not reach the request; another does
         length = min(holding, key=lambda n: n or 0)
