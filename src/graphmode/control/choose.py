@@ -268,9 +268,9 @@ def choose_mode(
                 hit.notes[:0] = notes
                 return done(hit)
         rec = loader(models_dir, model_id, target)
-        if vllm_args is not None:
-            rec = rec.for_deployment(deployment_of_args(vllm_args))
         if inputs is None:
+            if vllm_args is not None:
+                rec = rec.for_deployment(deployment_of_args(vllm_args))
             note = rec.deployment_warning
             if note:
                 notes.append(note)
@@ -278,17 +278,15 @@ def choose_mode(
             mode = parse_mode(mode_name)
             return done(Choice(mode, "local", "static", f"model {rec.model_id}: best static mode for "
                                f"{obj.describe()} ({how})", notes, model_id=rec.model_id))
-        ans = rec.recommend(inputs, obj)
-        if step_sizes is not None or vllm_args is not None:
-            from graphmode.core.records import StepSizes
-            from graphmode.selector.graphconfig import complete
+        from graphmode.core.records import StepSizes
+        from graphmode.selector.decide import Request, decide
 
-            steps = StepSizes.model_validate(dict(step_sizes)) if step_sizes is not None else None
-            before = ans.mode
-            ans = complete(ans, step_sizes=steps, vllm_args=list(vllm_args or []), model_folder=rec.folder)
-            if ans.mode != before:
-                notes.append(ans.notes[-1])
+        steps = StepSizes.model_validate(dict(step_sizes)) if step_sizes is not None else None
+        deployment = deployment_of_args(vllm_args) if vllm_args is not None else None
+        ans = decide(rec, Request(inputs=inputs, objective=obj, vllm_args=vllm_args, deployment=deployment,
+                                  step_sizes=steps))
         notes.extend(ans.warnings)
+        notes.extend(f.text for f in ans.cautions())  # outside the raced region, another GPU's, a downgrade
         return done(Choice(parse_mode(ans.mode), "local", basis,
                            f"model {rec.model_id} recommends {ans.mode} for the {basis} ({obj.describe()}, "
                            f"confidence {ans.confidence.level})", notes, model_id=rec.model_id,

@@ -36,8 +36,9 @@ FindingKind = Literal[
     "noise",  # the shape's measured noise
     "frontend",  # the API server's CPU (advice only)
     "spec_decode",  # speculative decoding's acceptance
+    "downgraded",  # vLLM would not run the chosen mode in this deployment: another was recommended
 ]
-CAUTION: frozenset[str] = frozenset({"outside_region", "other_gpu", "release_assumed"})
+CAUTION: frozenset[str] = frozenset({"outside_region", "other_gpu", "release_assumed", "downgraded"})
 
 
 class Finding(BaseModel):

@@ -1,0 +1,123 @@
+"""Every answer stands on evidence from its own region, or says that it does not: the same answers through the
+CLI (``recommend``), the API (``POST /v1/recommend``) and ``launch --dry-run``, on the bundled vLLM 0.33 model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from graphmode.cli.main import app
+
+REPO = Path(__file__).resolve().parents[2]
+MODELS = REPO / "models"
+SHAPES = MODELS / "shapes"
+D = "FULL_AND_PIECEWISE"
+BASE = ["--vllm-version", "0.33.0", "--objective", "ttft_p50"]
+# (shape, workload flags, the answer, whether the note that the request is outside the races must be there)
+CASES = [
+    ("llama-3.2-1b", ["--rate", "1", "--concurrency", "1", "--input-tokens", "64", "--output-tokens", "128"], "FULL",
+     False),
+    ("llama-3.1-8b", ["--rate", "1", "--concurrency", "1", "--input-tokens", "64", "--output-tokens", "128"], "FULL",
+     False),
+    ("llama-3.1-8b", ["--rate", "4", "--input-tokens", "4000", "--output-tokens", "128"], D, True),
+    ("llama-3.1-8b", ["--rate", "256", "--input-tokens", "128", "--output-tokens", "128"], D, True),
+]
+INERT = ("initializer_range", "use_cache", "attention_dropout", "mlp_bias")
+
+
+def _model_dir(tmp_path: Path, shape: str, *, inert: bool = False) -> Path:
+    d = tmp_path / f"{shape}{'-inert' if inert else ''}"
+    d.mkdir()
+    if inert:
+        cfg = {k: v for k, v in json.loads((SHAPES / f"{shape}.json").read_text()).items() if k not in INERT}
+        cfg["transformers_version"] = "4.45.0"
+        (d / "config.json").write_text(json.dumps(cfg))
+    else:
+        shutil.copy(SHAPES / f"{shape}.json", d / "config.json")
+    return d
+
+
+def _cli(model: Path, flags: list[str]) -> dict[str, Any]:
+    r = CliRunner().invoke(app, ["recommend", "--models-dir", str(MODELS), "--gpu", "NVIDIA H200", *BASE,
+                                 "--model-path", str(model), *flags, "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+
+def _outside(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    return [f for f in answer["findings"] if f["kind"] == "outside_region"]
+
+
+@pytest.mark.parametrize(("shape", "flags", "mode", "outside"), CASES)
+def test_cli(tmp_path: Path, shape: str, flags: list[str], mode: str, outside: bool) -> None:
+    ans = _cli(_model_dir(tmp_path, shape), flags)
+    assert ans["mode"] == mode
+    notes = _outside(ans)
+    assert bool(notes) == outside
+    if outside:
+        (note,) = notes
+        assert "graphmode profile --race" in note["command"] and "workloads:" in note["command"]
+        assert note["outside"] and all(o["factor"] > 1.5 for o in note["outside"])
+        assert ans["race"]["basis"] == "outside" and not ans["gain_significant"]
+        assert ans["confidence"]["level"] == "low"
+    else:
+        assert ans["race"]["basis"] == "better" and ans["gain_significant"]
+
+
+def test_the_named_dimension_and_how_far(tmp_path: Path) -> None:
+    model = _model_dir(tmp_path, "llama-3.1-8b")
+    long = _cli(model, CASES[2][1])
+    (o,) = _outside(long)[0]["outside"]
+    assert o["feature"] == "mean_input_tokens" and o["value"] == pytest.approx(4000) and o["factor"] > 2.5
+    busy = _cli(model, CASES[3][1])
+    assert "arrival_rate" in {o["feature"] for o in _outside(busy)[0]["outside"]}
+
+
+@pytest.mark.parametrize("shape", ["llama-3.2-1b", "llama-3.1-8b"])
+def test_inert_fields_give_the_same_answer_as_the_shape_file(tmp_path: Path, shape: str) -> None:
+    flags = ["--rate", "40", "--concurrency", "200", "--input-tokens", "128", "--output-tokens", "128"]
+    plain = _cli(_model_dir(tmp_path, shape), flags)
+    inert = _cli(_model_dir(tmp_path, shape, inert=True), flags)
+    assert inert["mode"] == plain["mode"] and inert["fingerprint_match"] == plain["fingerprint_match"] == "exact"
+    assert inert["mode"] != "NONE" and inert["warnings"] == plain["warnings"]
+
+
+def _workload(flags: list[str]) -> dict[str, Any]:
+    names = {"--rate": "rate", "--concurrency": "concurrency", "--input-tokens": "input_tokens",
+             "--output-tokens": "output_tokens"}
+    return {names[k]: (int(v) if k == "--concurrency" else float(v)) for k, v in zip(flags[::2], flags[1::2],
+                                                                                      strict=True)}
+
+
+def test_api() -> None:
+    from starlette.testclient import TestClient
+
+    from graphmode.core.records import Fingerprint
+    from graphmode.core.settings import Settings
+    from graphmode.service.app import create_app
+
+    with TestClient(create_app(Settings(), models_dir=MODELS, target=Fingerprint(gpu_name="NVIDIA H200"))) as tc:
+        for shape, flags, mode, outside in CASES:
+            body = {"workload": _workload(flags), "objective": {"metric": "ttft_p50"}, "vllm_version": "0.33.0",
+                    "served_model_config": json.loads((SHAPES / f"{shape}.json").read_text())}
+            r = tc.post("/v1/recommend", json=body)
+            assert r.status_code == 200, r.text
+            ans = r.json()
+            assert ans["mode"] == mode, (shape, flags)
+            assert bool(_outside(ans)) == outside
+
+
+@pytest.mark.parametrize(("shape", "flags", "mode", "outside"), CASES)
+def test_launch_dry_run(tmp_path: Path, shape: str, flags: list[str], mode: str, outside: bool) -> None:
+    model = _model_dir(tmp_path, shape)
+    r = CliRunner().invoke(app, ["launch", "--dry-run", "--json", "--ignore-state", "--models-dir", str(MODELS),
+                                 *BASE, *flags, "--", "--model", str(model)])
+    assert r.exit_code == 0, r.output
+    choice = json.loads(r.stdout.strip().splitlines()[-1])
+    assert choice["mode"] == mode
+    assert any("outside every raced region" in n for n in choice["notes"]) == outside
