@@ -121,3 +121,78 @@ def test_launch_dry_run(tmp_path: Path, shape: str, flags: list[str], mode: str,
     choice = json.loads(r.stdout.strip().splitlines()[-1])
     assert choice["mode"] == mode
     assert any("outside every raced region" in n for n in choice["notes"]) == outside
+
+
+def _recommend(*args: str) -> Any:
+    return CliRunner().invoke(app, ["recommend", "--models-dir", str(MODELS), *args])
+
+
+def test_recommend_takes_the_vllm_args_after_a_double_dash_and_their_model(tmp_path: Path) -> None:
+    model = _model_dir(tmp_path, "llama-3.1-8b")
+    flags = ["--gpu", "NVIDIA H200", *BASE, *CASES[2][1], "--json"]
+    tail = _recommend(*flags, "--", "--model", str(model), "--port", "8001")
+    assert tail.exit_code == 0, tail.output
+    one = _recommend(*flags, "--vllm-args", f"--model {model} --port 8001")
+    assert one.exit_code == 0, one.output
+    by_path = _recommend(*flags, "--model-path", str(model))
+    for r in (tail, one):
+        ans = json.loads(r.stdout)
+        # the 8B of --model answers (the races' region ends at 1.5K-token prompts), not the registry's first shape
+        assert ans["fingerprint_match"] == "exact" and _outside(ans)
+        assert ans["mode"] == json.loads(by_path.stdout)["mode"] == D
+    missing = _recommend(*flags, "--", "--model", "org/not-cached-anywhere")
+    assert missing.exit_code != 0 and "--model org/not-cached-anywhere" in missing.output
+    assert "Traceback" not in missing.output
+
+
+def test_memory_objective_answers_or_says_which_model_can() -> None:
+    r = _recommend("--gpu", "NVIDIA H200", "--vllm-version", "0.33.0", "--rate", "8", "--input-tokens", "256",
+                   "--output-tokens", "128", "--objective", "memory")
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    text = " ".join(r.output.split())
+    assert "cannot answer for graph_gib" in text and "measured it in 0 cells" in text
+    assert "graph_gib" not in text.split("Objectives it can answer:")[1].split(".")[0]
+    ok = _recommend("--gpu", "NVIDIA H200", "--vllm-version", "0.24.0", "--rate", "8", "--input-tokens", "256",
+                    "--output-tokens", "128", "--objective", "memory", "--json")
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["objective"]["metric"] == "graph_gib"
+
+
+def test_a_constraint_no_mode_meets_is_not_met(tmp_path: Path) -> None:
+    r = _recommend("--gpu", "NVIDIA H200", "--vllm-version", "0.24.0", "--model-path",
+                   str(_model_dir(tmp_path, "llama-3.1-8b")), "--rate", "8", "--input-tokens", "256",
+                   "--output-tokens", "128", "--max-graph-gib", "0.1", "--json")
+    assert r.exit_code == 0, r.output
+    ans = json.loads(r.stdout)
+    chosen = next(p for p in ans["predictions"] if p["mode"] == ans["mode"])
+    assert (chosen["status"] == "ok") == ans["constraints_met"]
+    if chosen["status"] == "violates":
+        assert ans["confidence"]["level"] == "low"
+        assert any(f["kind"] == "constraints" and "violates" in f["text"] for f in ans["findings"])
+
+
+@pytest.mark.parametrize("flags", [CASES[1][1], ["--rate", "8", "--input-tokens", "256", "--output-tokens", "128"]])
+def test_the_runner_up_is_never_the_choice(tmp_path: Path, flags: list[str]) -> None:
+    ans = _cli(_model_dir(tmp_path, "llama-3.1-8b"), flags)
+    assert ans["confidence"]["runner_up"] != ans["mode"]
+
+
+@pytest.mark.parametrize("gpu", ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"])
+def test_another_gpu_lowers_confidence_and_says_how_to_profile_it(tmp_path: Path, gpu: str) -> None:
+    r = CliRunner().invoke(app, ["recommend", "--models-dir", str(MODELS), "--gpu", gpu, *BASE, "--model-path",
+                                 str(_model_dir(tmp_path, "llama-3.1-8b")), *CASES[1][1], "--json"])
+    assert r.exit_code == 0, r.output
+    ans = json.loads(r.stdout)
+    assert ans["confidence"]["level"] == "low"
+    (note,) = [f for f in ans["findings"] if f["kind"] == "other_gpu"]
+    assert "NVIDIA H200" in note["text"] and "graphmode profile --race" in (note["command"] or "")
+
+
+def test_without_a_release_the_newest_answers_and_says_so(tmp_path: Path) -> None:
+    r = CliRunner().invoke(app, ["recommend", "--models-dir", str(MODELS), "--gpu", "NVIDIA H200", "--objective",
+                                 "ttft_p50", "--model-path", str(_model_dir(tmp_path, "llama-3.1-8b")), *CASES[1][1],
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    ans = json.loads(r.stdout)
+    assert "vllm0.33.0" in ans["model_id"]
+    assert [f for f in ans["findings"] if f["kind"] == "release_assumed" and "0.33.0" in f["text"]]
