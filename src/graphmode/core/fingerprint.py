@@ -154,13 +154,14 @@ def compute_hash(cfg: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(compute_identity(cfg), sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def _shapes_dirs() -> list[Path]:
-    """Where the profiled config.json shapes live: ``shapes/`` of the model registry (settings) and of a
-    source checkout."""
+@functools.lru_cache(maxsize=1)
+def _shapes_dirs() -> tuple[Path, ...]:
+    """Where the profiled config.json shapes live: ``shapes/`` of the model registry (settings, read once per
+    process: a served request hashes its config.json on the hot path) and of a source checkout."""
     from graphmode.core.settings import PACKAGE_DIR, load_settings
 
     dirs = [load_settings().selector.models_dir / "shapes", PACKAGE_DIR.parent.parent / "models" / "shapes"]
-    return list(dict.fromkeys(d.resolve() for d in dirs if d.is_dir()))
+    return tuple(dict.fromkeys(d.resolve() for d in dirs if d.is_dir()))
 
 
 @functools.lru_cache(maxsize=8)
@@ -183,7 +184,7 @@ def _profiled(dirs: tuple[Path, ...]) -> dict[str, tuple[str, dict[str, Any]]]:
 
 def profiled_configs() -> dict[str, tuple[str, dict[str, Any]]]:
     """:func:`_profiled` of this installation's shape folders."""
-    return _profiled(tuple(_shapes_dirs()))
+    return _profiled(_shapes_dirs())
 
 
 _SEEN: dict[str, dict[str, Any]] = {}  # hash -> compute identity of configs hashed here (named in differences)
