@@ -134,7 +134,13 @@ class RaceVerdict(BaseModel):
                 f"paired rounds{ci}: {self.verdict} (δ {self.delta:g})")
 
 
-def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = SequentialRule(),
+# The rule the selector's verdicts take: the race's δ and confidence, with the confidence spent over the looks
+# (graphmode.profiling.sequential.look_confidence), so a "better" has its stated error rate however many rounds
+# the race looked at.
+SPENDING_RULE = SequentialRule(spend=True)
+
+
+def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = SPENDING_RULE,
                   metrics: Sequence[str] = RACE_METRICS) -> list[RaceVerdict]:
     """Pooled and per-workload verdicts per (shape, max_model_len, API servers, arm, metric) of every raced
     shape in *rows*.
