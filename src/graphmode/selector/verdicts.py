@@ -97,6 +97,9 @@ class RaceVerdict(BaseModel):
     ratio_all: float | None = Field(None, description="geometric mean of mode / default over every round, also "
                                                       "those after the verdict's first crossing")
     rounds_all: int | None = Field(None, description="the rounds behind ratio_all")
+    lo_all: float | None = Field(None, description="the confidence interval of ratio_all over every round (t over "
+                                                   "the rounds; one engine start each: mode plus starts)")
+    hi_all: float | None = None
     reads: VerdictKind | None = Field(None, description="an undecided verdict held back only by its engine "
                                                         "starts (two start blocks, no A/A arm): what its "
                                                         "interval over the rounds reads")
@@ -129,9 +132,19 @@ class RaceVerdict(BaseModel):
             where += f" with {self.api_servers} API servers"
         if self.ratio is None:
             return f"{self.mode} {self.verdict} on {self.metric}{where} ({self.why})"
-        ci = f", {self.confidence:.0%} interval {self.lo:.3f}–{self.hi:.3f}" if self.lo is not None else ""
-        return (f"{self.mode}'s {self.metric} is {self.ratio:.3f}× the default's{where} over {self.rounds} "
-                f"paired rounds{ci}: {self.verdict} (δ {self.delta:g})")
+        # the effect size is over every round of the race: a sequential rule stops on rounds that ran extreme
+        n_all = self.rounds_all or self.rounds
+        if self.ratio_all is not None and self.lo_all is not None and self.hi_all is not None:
+            size = (f"{self.ratio_all:.3f}× the default's{where} over all {n_all} paired rounds, "
+                    f"{self.confidence:.0%} interval {self.lo_all:.3f}–{self.hi_all:.3f}")
+        elif self.ratio_all is not None:  # a card trained before the interval over all rounds was stored
+            size = f"{self.ratio_all:.3f}× the default's{where} over all {n_all} paired rounds (no interval stored)"
+        else:
+            ci = f", {self.confidence:.0%} interval {self.lo:.3f}–{self.hi:.3f}" if self.lo is not None else ""
+            size = f"{self.ratio:.3f}× the default's{where} over {self.rounds} paired rounds{ci}"
+        when = f" at round {self.rounds}" if self.verdict != "undecided" and n_all != self.rounds else ""
+        one = ", one engine start each" if self.starts < 2 else ""
+        return f"{self.mode}'s {self.metric} is {size}: {self.verdict}{when} (δ {self.delta:g}{one})"
 
 
 # The rule the selector's verdicts take: the race's δ and confidence, with the confidence spent over the looks
@@ -191,12 +204,13 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = SPEN
                 and next(iter(ran[arm])) != arm else None
             for metric, d in v.pooled.items():
                 out.append(_verdict(shape, arm, metric, None, d, rule, centre, runs_as,
-                                    _all_rounds(table.blocked(arm, metric)[0]), length, servers))
+                                    _all_rounds(table.blocked(arm, metric)[0], rule.confidence), length, servers))
             for (metric, workload), d in sorted(v.by_workload.items()):
                 if d.n:
                     region = {f: float(sum(xs) / len(xs)) for f, xs in feats[workload].items() if xs}
                     out.append(_verdict(shape, arm, metric, workload, d, rule, region, runs_as,
-                                        _all_rounds(table.blocked(arm, metric, workload)[0]), length, servers))
+                                        _all_rounds(table.blocked(arm, metric, workload)[0], rule.confidence), length,
+                                        servers))
     return out
 
 
@@ -211,22 +225,31 @@ def _centre(regions: Iterable[Mapping[str, float]]) -> dict[str, float]:
     return {f: math.exp(sum(ys) / len(ys)) for f, ys in logs.items() if ys}
 
 
-def _all_rounds(log_ratios: Sequence[float]) -> tuple[float | None, int]:
-    """The geometric mean ratio over every round and their number: a verdict's own ratio stops at its first
-    crossing, which a sequential rule reaches sooner on rounds that happened to run extreme."""
+def _all_rounds(log_ratios: Sequence[float], confidence: float = 0.95) -> AllRounds:
+    """The geometric mean ratio over every round, their number and the t interval over them: a verdict's own
+    ratio stops at its first crossing, which a sequential rule reaches sooner on rounds that ran extreme."""
+    from graphmode.profiling.sequential import interval
+
     ys = [y for y in log_ratios if math.isfinite(y)]
-    return (math.exp(sum(ys) / len(ys)) if ys else None), len(ys)
+    if len(ys) < 2:
+        return (math.exp(ys[0]) if ys else None), len(ys), None, None
+    mean, lo, hi = interval(ys, confidence)
+    return math.exp(mean), len(ys), math.exp(lo), math.exp(hi)
+
+
+AllRounds = tuple[float | None, int, float | None, float | None]
 
 
 def _verdict(shape: str, arm: str, metric: str, workload: str | None, d: Decision, rule: SequentialRule,
              features: dict[str, float], runs_as: str | None = None,
-             all_rounds: tuple[float | None, int] = (None, 0), max_model_len: int | None = None,
+             all_rounds: AllRounds = (None, 0, None, None), max_model_len: int | None = None,
              servers: int | None = None) -> RaceVerdict:
     # starts behind the verdict: the rounds up to its first crossing (the fewer of the mode's and the default's)
     return RaceVerdict(shape=shape, mode=arm, metric=metric, workload=workload, verdict=d.verdict, rounds=d.n,
                        ratio=d.ratio, lo=d.lo, hi=d.hi, delta=rule.delta, confidence=rule.confidence, why=d.why,
                        features=features, starts=max(1, d.starts), runs_as=runs_as, ratio_all=all_rounds[0],
-                       rounds_all=all_rounds[1] or None, reads=d.reads, max_model_len=max_model_len,
+                       rounds_all=all_rounds[1] or None, lo_all=all_rounds[2], hi_all=all_rounds[3],
+                       reads=d.reads, max_model_len=max_model_len,
                        api_servers=servers)
 
 
