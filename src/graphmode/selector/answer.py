@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from graphmode.selector.capture import CaptureAnswer
 from graphmode.selector.noise import RaceNoise
 from graphmode.selector.objective import TIE_Z, Objective
-from graphmode.selector.verdicts import OutsideRegion, RaceAnswer
+from graphmode.selector.region import OutsideRegion
+from graphmode.selector.verdicts import RaceAnswer
 
 FeatureSource = Literal["observed", "description", "server"]
 ConfidenceLevel = Literal["high", "medium", "low"]

@@ -52,9 +52,10 @@ from graphmode.selector.model import SelectorModel, _design
 from graphmode.selector.noise import noise_for
 from graphmode.selector.objective import METRICS, Objective, Ranking, make_objective, rank, relative_gain
 from graphmode.selector.paired import PairedVerdict
+from graphmode.selector.region import race_command
 from graphmode.selector.registry import FingerprintMatch, match_card, select_model
 from graphmode.selector.specdecode import spec_decode_note
-from graphmode.selector.verdicts import RaceAnswer, race_command, race_decision
+from graphmode.selector.verdicts import RaceAnswer, race_decision
 
 SHAPE_CACHE = 64  # per-shape copies a recommender keeps (Recommender.for_shape)
 # What a target model contributes to its shape: the shape features, its identity, and its active parameters

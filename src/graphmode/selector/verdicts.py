@@ -66,10 +66,20 @@ from graphmode.profiling.race_rounds import (
 from graphmode.profiling.race_sizes import is_sizes_row
 from graphmode.profiling.sequential import Decision, SequentialRule
 from graphmode.selector.featurize import shape_key, shape_of_row
+from graphmode.selector.region import (
+    REGION_FEATURES,
+    OutsideRegion,
+    log_distance,
+    outside_region,
+    pooled_disagrees,
+    race_command,
+    region_span,
+)
+
+__all__ = ["REGION_FEATURES", "OutsideRegion", "RaceAnswer", "RaceVerdict", "race_command", "race_decision",
+           "race_verdicts"]
 
 VerdictKind = Literal["better", "worse", "equivalent", "undecided"]
-# features that place a request near a raced workload (log scale; what a description and /metrics both give)
-REGION_FEATURES: tuple[str, ...] = ("arrival_rate", "mean_input_tokens", "mean_output_tokens", "concurrency_mean")
 
 
 class RaceVerdict(BaseModel):
@@ -216,7 +226,7 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = SPEN
 
 def _centre(regions: Iterable[Mapping[str, float]]) -> dict[str, float]:
     """Where a pool of workloads sits: per feature, the geometric mean over its workloads (distances are in
-    log space, :func:`_log_distance`)."""
+    log space, :func:`graphmode.selector.region.log_distance`)."""
     logs: dict[str, list[float]] = defaultdict(list)
     for region in regions:
         for f, x in region.items():
@@ -251,87 +261,6 @@ def _verdict(shape: str, arm: str, metric: str, workload: str | None, d: Decisio
                        rounds_all=all_rounds[1] or None, lo_all=all_rounds[2], hi_all=all_rounds[3],
                        reads=d.reads, max_model_len=max_model_len,
                        api_servers=servers)
-
-
-# A raced region reaches this factor past its outermost workloads (their centres are means of rounds that
-# spread around them); further out a verdict is an extrapolation.
-REGION_REACH = 1.5
-_UNITS = {"arrival_rate": "req/s", "mean_input_tokens": "prompt tokens", "mean_output_tokens": "output tokens",
-          "concurrency_mean": "requests in flight"}
-_GRID_FLAGS = {"arrival_rate": "rate", "mean_input_tokens": "input_tokens", "mean_output_tokens": "output_tokens",
-               "concurrency_mean": "concurrency"}
-
-
-class OutsideRegion(BaseModel):
-    """One dimension of a request outside a raced region: where the request is, where the races were."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    feature: str
-    value: float
-    raced_lo: float
-    raced_hi: float
-    factor: float = Field(description="how far outside: value / raced_hi above it, raced_lo / value below it")
-
-    def describe(self) -> str:
-        side = "above" if self.value > self.raced_hi else "below"
-        return (f"{self.feature} {self.value:.4g} {_UNITS.get(self.feature, '')} is {self.factor:.1f}× {side} the "
-                f"raced {self.raced_lo:.4g}–{self.raced_hi:.4g}")
-
-
-def region_span(verdicts: Iterable[RaceVerdict]) -> dict[str, tuple[float, float]]:
-    """Per region feature, the lowest and highest of the raced workloads' centres among *verdicts*."""
-    span: dict[str, tuple[float, float]] = {}
-    for v in verdicts:
-        if v.workload is None:
-            continue
-        for f, x in v.features.items():
-            if f in REGION_FEATURES and x > 0:
-                lo, hi = span.get(f, (x, x))
-                span[f] = (min(lo, x), max(hi, x))
-    return span
-
-
-# Load below the lightest raced workload is not outside: every race has a concurrency-1 stream (c1-short), and
-# a lighter load has at most one request in flight too, the same steps at longer idle gaps.
-_LOAD_FEATURES = frozenset({"arrival_rate", "concurrency_mean"})
-
-
-def outside_region(span: Mapping[str, tuple[float, float]], features: Mapping[str, Any],
-                   reach: float = REGION_REACH) -> list[OutsideRegion]:
-    """The request's dimensions outside *span* widened by *reach* (empty: the region holds the request);
-    token lengths count on both sides, load only above (:data:`_LOAD_FEATURES`)."""
-    out = []
-    for f, (lo, hi) in span.items():
-        x = features.get(f)
-        if not isinstance(x, int | float) or not math.isfinite(x) or x <= 0:
-            continue
-        # requests in flight move by whole requests: near one, one more is within reach whatever the factor
-        top = max(hi * reach, hi + 1.0) if f == "concurrency_mean" else hi * reach
-        if x > top:
-            out.append(OutsideRegion(feature=f, value=float(x), raced_lo=lo, raced_hi=hi, factor=x / hi))
-        elif x < lo / reach and f not in _LOAD_FEATURES:
-            out.append(OutsideRegion(feature=f, value=float(x), raced_lo=lo, raced_hi=hi, factor=lo / x))
-    return out
-
-
-def race_command(features: Mapping[str, Any], outside: Sequence[OutsideRegion] = ()) -> str:
-    """The ``graphmode profile --race`` command, grid included, that would measure the request's region: one
-    workload at the request's rate and token counts (and its concurrency when it is capped low)."""
-    def num(f: str, default: float) -> float:
-        x = features.get(f)
-        return float(x) if isinstance(x, int | float) and math.isfinite(x) and x > 0 else default
-
-    rate, prompt, out = num("arrival_rate", 4.0), num("mean_input_tokens", 256.0), num("mean_output_tokens", 128.0)
-    cap = "" if not any(o.feature == "concurrency_mean" for o in outside) else \
-        f", max_concurrency: {max(1, round(num('concurrency_mean', 1.0)))}"
-    grid = (f"{{name: region, workloads: [{{name: requested, rate: {rate:.4g}{cap}, input: {{mean: {prompt:.0f}, "
-            f"spread: 0.2}}, output: {{mean: {out:.0f}, spread: 0.2}}}}]}}")
-    length = 4096
-    while length < 1.3 * (prompt + out):
-        length *= 2
-    return (f"echo '{grid}' > region.yaml && graphmode profile --race --control --grid region.yaml -- "
-            f"--model DIR --max-model-len {length}")
 
 
 class EquivalentMode(BaseModel):
@@ -440,13 +369,6 @@ def _across(picked: Sequence[tuple[str, float]], mode: str, metric: str, delta: 
                        shapes=[sh for sh, _ in picked])
 
 
-def _log_distance(a: Mapping[str, float], b: Mapping[str, Any]) -> float | None:
-    common = [f for f in REGION_FEATURES if f in a and isinstance(b.get(f), int | float) and (b.get(f) or 0) > 0]
-    if not common:
-        return None
-    return math.sqrt(sum(math.log(a[f] / float(b[f])) ** 2 for f in common) / len(common))
-
-
 def _pick_servers(mine: Sequence[RaceVerdict], api_server_count: int | None, notes: list[str]) -> int | None:
     """The API-server count whose races answer: the deployment's, else the nearest raced one (one server
     counts as 1); a note when there was a choice."""
@@ -476,7 +398,7 @@ def _pick_pool(mine: Sequence[RaceVerdict], features: Mapping[str, Any], max_mod
     if len(lengths) < 2:
         return lengths[0] if lengths else None
     centres = {v.max_model_len: v.features for v in pooled if v.features}
-    dists = {n: d for n in lengths if n in centres and (d := _log_distance(centres[n], features)) is not None}
+    dists = {n: d for n in lengths if n in centres and (d := log_distance(centres[n], features)) is not None}
     if len(dists) == len(lengths):
         pick, why = min(lengths, key=lambda n: dists[n]), "its raced workloads sit nearest the request's"
     elif max_model_len in lengths:
@@ -556,7 +478,7 @@ def race_decision(
     region: str | None = None
     regions = [v for v in mine if v.workload is not None and v.features]
     if regions and any(v.verdict == "undecided" for v in pooled.values()):
-        dists = {v.workload: d for v in regions if (d := _log_distance(v.features, features)) is not None}
+        dists = {v.workload: d for v in regions if (d := log_distance(v.features, features)) is not None}
         if dists:
             region = min(dists, key=lambda w: dists[w])
             for v in regions:
@@ -564,7 +486,7 @@ def race_decision(
                         pooled[v.mode].verdict == "undecided" and v.verdict != "undecided":
                     chosen[v.mode] = v
                     notes.append(f"pooled verdict open for {v.mode}; on the nearest raced workload: {v.describe()}")
-    region = _agree_or_not(pooled, regions, features, chosen, notes) or region
+    region = pooled_disagrees(pooled, regions, features, chosen, notes) or region
     if not any(v.workload == region for v in chosen.values()):
         region = None
     backed = set(corroborated)
@@ -646,32 +568,6 @@ def race_decision(
     return RaceAnswer(mode=mode, basis=basis, metric=metric, region=region,
                       verdict=chosen.get(mode), equivalent=equivalent, worse=worse, undecided=undecided,
                       notes=notes)
-
-
-def _agree_or_not(pooled: Mapping[str, RaceVerdict], regions: Sequence[RaceVerdict], features: Mapping[str, Any],
-                  chosen: dict[str, RaceVerdict], notes: list[str]) -> str | None:
-    """A pooled "better" answers only where the per-workload verdict nearest the request agrees (its rounds
-    read the same side, and it is not worse or equivalent): the effect depends on the load (FULL's TTFT win at
-    concurrency 1 is gone on prefill-heavy traffic at 32 req/s). Where it disagrees, that workload's verdict
-    stands for the mode (*chosen* is updated) and its name is returned."""
-    dists = {v.workload: d for v in regions if (d := _log_distance(v.features, features)) is not None}
-    if not dists:
-        return None
-    near = min(dists, key=lambda w: dists[w])
-    hit = None
-    for mode, p in pooled.items():
-        if p.verdict != "better":
-            continue
-        local = next((v for v in regions if v.workload == near and v.mode == mode), None)
-        ratio = None if local is None else (local.ratio_all if local.ratio_all is not None else local.ratio)
-        if local is None or local.verdict == "better" or (
-                local.verdict == "undecided" and ratio is not None and ratio < 1.0):
-            continue
-        chosen[mode] = local
-        hit = near
-        notes.append(f"race: pooled over every workload {p.describe()}, but on {near}, the raced workload nearest "
-                     f"the request, {local.describe()}: the pooled verdict does not answer here")
-    return hit
 
 
 def _savings(gib: float | None, startup_s: float | None) -> str:
