@@ -37,4 +37,10 @@ def test_the_spending_sums_to_the_rule_and_starts_above_it() -> None:
 
 
 def test_the_selectors_verdicts_spend() -> None:
+    """Training takes the spending rule for the verdicts the selector acts on (build_training_set)."""
+    import inspect
+
+    from graphmode.selector import aggregate
+
     assert SPENDING_RULE.spend and SPENDING_RULE.confidence == SequentialRule().confidence
+    assert "race_verdicts(usable, SPENDING_RULE" in inspect.getsource(aggregate)

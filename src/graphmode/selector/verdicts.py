@@ -163,7 +163,7 @@ class RaceVerdict(BaseModel):
 SPENDING_RULE = SequentialRule(spend=True)
 
 
-def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = SPENDING_RULE,
+def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = SequentialRule(),
                   metrics: Sequence[str] = RACE_METRICS) -> list[RaceVerdict]:
     """Pooled and per-workload verdicts per (shape, max_model_len, API servers, arm, metric) of every raced
     shape in *rows*.
