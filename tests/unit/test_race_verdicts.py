@@ -96,7 +96,13 @@ def test_decision_rules() -> None:
     blocked = race_decision([_v("FULL", "better", 0.9)], "s", "itl_p50", {}, ORDER, CONSTS, weighted=False,
                             allowed=[D, "NONE"])
     assert blocked is not None and blocked.mode == D
-    assert race_decision([_v("FULL", "better", 0.9)], "other-shape", "itl_p50", {}, ORDER, CONSTS,
+    # a shape (or configuration) never raced on a metric the model races: outside every raced region, the default
+    other = race_decision([_v("FULL", "better", 0.9)], "other-shape", "itl_p50", {"arrival_rate": 4.0}, ORDER,
+                          CONSTS, weighted=False)
+    assert other is not None and other.mode == D and other.basis == "outside"
+    assert "never raced on itl_p50" in other.notes[0] and "graphmode profile --race" in (other.command or "")
+    # a metric no race measured: no decision, the tie rule stands
+    assert race_decision([_v("FULL", "better", 0.9)], "other-shape", "e2e_p99", {}, ORDER, CONSTS,
                          weighted=False) is None
 
 

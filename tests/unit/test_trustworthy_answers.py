@@ -196,3 +196,15 @@ def test_without_a_release_the_newest_answers_and_says_so(tmp_path: Path) -> Non
     ans = json.loads(r.stdout)
     assert "vllm0.33.0" in ans["model_id"]
     assert [f for f in ans["findings"] if f["kind"] == "release_assumed" and "0.33.0" in f["text"]]
+
+
+def test_a_shape_never_raced_gets_the_default_and_the_command(tmp_path: Path) -> None:
+    d = tmp_path / "unraced"
+    d.mkdir()
+    cfg = dict(json.loads((SHAPES / "llama-3.1-8b.json").read_text()), num_key_value_heads=4)  # computes otherwise
+    (d / "config.json").write_text(json.dumps(cfg))
+    ans = _cli(d, CASES[1][1])
+    assert ans["mode"] == D and ans["race"]["basis"] == "outside"
+    (note,) = _outside(ans)
+    assert "never raced on ttft_p50" in note["text"] and "graphmode profile --race" in note["command"]
+    assert any("num_key_value_heads 4 vs 8" in w for w in ans["warnings"])

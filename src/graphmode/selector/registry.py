@@ -199,11 +199,13 @@ def _model_difference(t: Fingerprint, fp: Fingerprint) -> str:
 
     text = (f"model {t.model_architecture or '?'} ({_params(t)}) vs model's {fp.model_architecture or '?'} "
             f"({_params(fp)})")
-    if t.model_architecture != fp.model_architecture or _params(t) != _params(fp):
+    if t.model_architecture != fp.model_architecture:
         return text
     fields = config_differences(t.model_config_hash, fp.model_config_hash)
     if fields:
         return text + ": config.json differs in " + ", ".join(fields)
+    if _params(t) != _params(fp):
+        return text
     return (text + f": config.json differs in a field that changes the computation (shape {t.model_config_hash} "
             f"vs {fp.model_config_hash})")
 

@@ -447,6 +447,12 @@ def race_decision(
     """
     mine = [v for v in verdicts if v.shape == shape and v.metric == metric and v.mode != CONTROL_ARM]
     notes: list[str] = []
+    if not mine and any(v.metric == metric and v.workload is None for v in verdicts):
+        # the model races this metric, but never this shape and configuration: no raced region holds the request
+        cmd = race_command(features)
+        notes.append(f"outside every raced region: this model shape and configuration ({shape or 'unknown'}) was "
+                     f"never raced on {metric}, so vLLM's default ({default_mode}) stands; to measure it: {cmd}")
+        return RaceAnswer(mode=default_mode, basis="outside", metric=metric, command=cmd, notes=notes)
     servers = _pick_servers(mine, api_server_count, notes)
     mine = [v for v in mine if v.api_servers == servers]
     spans = {n: region_span(v for v in mine if v.max_model_len == n) for n in {v.max_model_len for v in mine}}
