@@ -208,3 +208,22 @@ def test_a_shape_never_raced_gets_the_default_and_the_command(tmp_path: Path) ->
     (note,) = _outside(ans)
     assert "never raced on ttft_p50" in note["text"] and "graphmode profile --race" in note["command"]
     assert any("num_key_value_heads 4 vs 8" in w for w in ans["warnings"])
+
+
+@pytest.mark.parametrize(("rate", "prompt"), [(256.0, 128.0), (8.0, 256.0), (4.0, 64.0), (32.0, 1536.0)])
+def test_launchs_decision_table_never_contradicts_the_verdicts(rate: float, prompt: float) -> None:
+    """The table training wrote is a cache of the answer: where the verdicts answer otherwise (outside every
+    raced region, a pooled verdict the nearest workload contradicts) the full model decides, so launch gives
+    the decision path's answer, the outside note included."""
+    from graphmode.control.choose import ObjectiveSpec, choose_mode
+    from graphmode.core.records import Fingerprint
+    from graphmode.selector.decide import Request, decide
+    from graphmode.selector.describe import WorkloadDescription
+    from graphmode.selector.recommend import Recommender
+
+    target = Fingerprint(gpu_name="NVIDIA H200", vllm_version="0.33.0")
+    desc = WorkloadDescription(rate=rate, input_tokens=prompt, output_tokens=128)
+    c = choose_mode(workload=desc, objective=ObjectiveSpec("ttft_p50"), models_dir=MODELS, target=target)
+    full = decide(Recommender.load(MODELS, target=target), Request(inputs=desc, objective="ttft_p50"))
+    assert c.mode.value == full.mode
+    assert any("outside every raced region" in n for n in c.notes) == bool(_outside(full.model_dump()))

@@ -323,7 +323,7 @@ def _from_json(models_dir: Path, model_id: str | None, obj: Objective,
     info = entry.card.artifacts.get(ARTIFACT_FILE)
     table = load_table(entry.folder, info.sha256) if info is not None else None
     ans = lookup(table, workload, obj.describe()) if table is not None else None
-    if ans is None or table is None:
+    if ans is None or table is None or not _verdicts_agree(entry.card, obj, workload, ans.mode):
         return None
     at = ", ".join(f"{k} {v:g}" for k, v in ans.point.items())
     return Choice(parse_mode(ans.mode), "local", "workload",
@@ -331,6 +331,23 @@ def _from_json(models_dir: Path, model_id: str | None, obj: Objective,
                   f"nearest grid point {at})",
                   list(dict.fromkeys([*match.warnings, *table["warnings"], *([note] if note else [])])),
                   model_id=mid)
+
+
+def _verdicts_agree(card: ModelCard, obj: Objective, workload: WorkloadDescription, mode: str) -> bool:
+    """Whether the race verdicts, asked as the decision path asks them, give the table's *mode* for this
+    workload: a table written before the evidence region (or any other rule) changed is only a cache of the
+    answer, so where the verdicts answer otherwise (outside every raced region, a pooled verdict the nearest
+    workload contradicts) the full model decides."""
+    from graphmode.selector.featurize import shape_key
+    from graphmode.selector.verdicts import race_decision
+
+    if not card.race or not card.shapes:
+        return True
+    feats = {"arrival_rate": workload.rate, "mean_input_tokens": workload.input_tokens,
+             "mean_output_tokens": workload.output_tokens}
+    race = race_decision(card.race, shape_key(card.shapes[0]), obj.metric, feats, [mode], {}, weighted=False,
+                         default_mode=card.default_mode)
+    return race is None or (race.basis != "outside" and race.mode == mode)
 
 
 def _table_answers_for(card: ModelCard, target: Fingerprint | None, vllm_args: Sequence[str] | None) -> bool:
