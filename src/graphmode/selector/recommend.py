@@ -96,6 +96,7 @@ class Recommender:
         self._const = model.const_regressor.compile()
         self._train_z = self.spec.standardize(model.train_x) if model.train_x.size else model.train_x
         self._const_cache: dict[str, list[dict[str, float | None]]] = {}
+        self._across: dict[Any, Any] = {}  # across-races intervals of this card's verdicts (race_decision's memo)
         self._shape_warning: str | None = None
         self._deployment_warning: str | None = None
         self._by_shape: dict[str, Recommender] = {}
@@ -483,6 +484,7 @@ class Recommender:
             default_mode=self.default_mode, corroborated=self._paired_better(obj.metric),
             max_model_len=_int_or_none(self._shape.get("max_model_len") if self._shape else None),
             api_server_count=_int_or_none(self._shape.get("api_server_count") if self._shape else None),
+            memo=self._across,
         )
 
     def _choose(self, obj: Objective, ranking: Ranking, race: RaceAnswer | None, findings: list[Finding]) -> str:

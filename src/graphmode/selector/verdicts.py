@@ -430,6 +430,7 @@ def race_decision(
     corroborated: Iterable[str] = (),
     max_model_len: int | None = None,
     api_server_count: int | None = None,
+    memo: dict[tuple[str, str, str, float, float], AcrossRaces | None] | None = None,
 ) -> RaceAnswer | None:
     """The race's answer for (*shape*, *metric*) and a request's *features*; None without race verdicts.
 
@@ -443,10 +444,21 @@ def race_decision(
     Where the shape was raced at several ``--max-model-len`` (pools), the pool whose workloads sit nearest
     the request's *features* answers, else the one at the deployment's *max_model_len*, else the largest.
     Races with another number of API servers (*api_server_count*) are left out first, unless the
-    deployment's count was never raced (then the nearest count answers).
+    deployment's count was never raced (then the nearest count answers). *memo* keeps the across-races
+    intervals between calls on the same *verdicts* (a recommender answers many requests from one card).
     """
     mine = [v for v in verdicts if v.shape == shape and v.metric == metric and v.mode != CONTROL_ARM]
     notes: list[str] = []
+
+    def across(mode: str, delta: float, confidence: float) -> AcrossRaces | None:
+        key = (mode, metric, shape, delta, confidence)
+        if memo is not None and key in memo:
+            return memo[key]
+        got = across_races(verdicts, mode, metric, exclude_shape=shape, delta=delta, confidence=confidence)
+        if memo is not None:
+            memo[key] = got
+        return got
+
     if not mine and any(v.metric == metric and v.workload is None for v in verdicts):
         # the model races this metric, but never this shape and configuration: no raced region holds the request
         cmd = race_command(features)
@@ -506,8 +518,7 @@ def race_decision(
         if (v.starts >= 2 and not starts_only) or v.mode in backed:
             better.append(v)
             continue
-        others = across_races(verdicts, v.mode, metric, exclude_shape=shape, delta=v.delta,
-                              confidence=v.confidence)
+        others = across(v.mode, v.delta, v.confidence)
         if others is not None and others.verdict == "better":
             better.append(v)
             support[v.mode] = others
@@ -531,7 +542,7 @@ def race_decision(
         v = chosen[m]
         if v.reads is not None:  # held back by its starts, not its rounds: said above
             continue
-        others = across_races(verdicts, m, metric, exclude_shape=shape, delta=v.delta, confidence=v.confidence)
+        others = across(m, v.delta, v.confidence)
         if others is not None and others.verdict == "better" and (v.ratio or 1.0) < 1.0 \
                 and (ok is None or m in ok):
             notes.append(f"race: {v.describe()}, while {others.describe()}: more rounds of this race "
