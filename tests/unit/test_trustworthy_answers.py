@@ -227,3 +227,12 @@ def test_launchs_decision_table_never_contradicts_the_verdicts(rate: float, prom
     full = decide(Recommender.load(MODELS, target=target), Request(inputs=desc, objective="ttft_p50"))
     assert c.mode.value == full.mode
     assert any("outside every raced region" in n for n in c.notes) == bool(_outside(full.model_dump()))
+
+
+def test_a_remote_answers_cautions_reach_launch() -> None:
+    from graphmode.control.choose import remote_cautions
+
+    data = {"findings": [{"kind": "outside_region", "text": "outside every raced region: ..."},
+                         {"kind": "noise", "text": "noise on this model shape"}, {"kind": "other_gpu"}, "junk"]}
+    assert remote_cautions(data) == ["outside every raced region: ..."]
+    assert remote_cautions({"warnings": []}) == [] and remote_cautions({"findings": "x"}) == []

@@ -123,6 +123,17 @@ def remote_recommend(url: str, body: Mapping[str, Any], *, connect_timeout_s: fl
     return mode, data
 
 
+def remote_cautions(data: Mapping[str, Any]) -> list[str]:
+    """The texts of a service answer's findings that limit its trust (:data:`graphmode.selector.answer.CAUTION`),
+    picked by kind; a service older than typed findings gives none."""
+    from graphmode.selector.answer import CAUTION
+
+    found = data.get("findings")
+    if not isinstance(found, list):
+        return []
+    return [str(f["text"]) for f in found if isinstance(f, dict) and f.get("kind") in CAUTION and f.get("text")]
+
+
 def card_static_mode(card: ModelCard, objective: Objective) -> str | None:
     desc = objective.describe()
     for s in card.cv.summaries:
@@ -249,6 +260,7 @@ def choose_mode(
             mode, data = remote_recommend(selector_url, body, connect_timeout_s=connect_timeout_s,
                                           read_timeout_s=read_timeout_s, transport=transport)
             notes += [w for w in data.get("warnings") or [] if isinstance(w, str) and "this deployment:" in w]
+            notes += remote_cautions(data)  # outside the raced region, another GPU's verdicts, ...
             return done(Choice(mode, "remote", basis, f"selector service {selector_url} recommends "
                                f"{mode.value} for the {basis}", notes, model_id=data.get("model_id"),
                                capture=capture_keys(data.get("capture"))))
