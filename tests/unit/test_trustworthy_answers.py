@@ -242,3 +242,14 @@ def test_a_remote_answers_cautions_reach_launch() -> None:
                          {"kind": "noise", "text": "noise on this model shape"}, {"kind": "other_gpu"}, "junk"]}
     assert remote_cautions(data) == ["outside every raced region: ..."]
     assert remote_cautions({"warnings": []}) == [] and remote_cautions({"findings": "x"}) == []
+
+
+def test_the_race_command_carries_a_grid_the_profiler_loads(tmp_path: Path) -> None:
+    from graphmode.profiling.grid import load_grid
+
+    ans = _cli(_model_dir(tmp_path, "llama-3.1-8b"), CASES[3][1])
+    cmd = _outside(ans)[0]["command"]
+    grid_text = cmd.split("echo '", 1)[1].split("' > region.yaml", 1)[0]
+    (tmp_path / "region.yaml").write_text(grid_text)
+    (w,) = load_grid(tmp_path / "region.yaml").workloads
+    assert w.rate == pytest.approx(256) and "graphmode profile --race" in cmd and "--grid region.yaml" in cmd

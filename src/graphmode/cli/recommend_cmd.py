@@ -171,8 +171,12 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
 
         for line in capture_lines(rec.capture):
             console.print(line, highlight=False)
-    for n in rec.notes:
-        console.print(f"[dim]note: {n}[/]", highlight=False)
+    cautions = {f.text for f in rec.cautions()}
+    for n in rec.notes:  # the findings' texts in order, then what completing the answer added
+        if n in cautions:
+            console.print(f"[bold yellow]caution:[/] {n}", highlight=False)
+        else:
+            console.print(f"[dim]note: {n}[/]", highlight=False)
     for w in rec.warnings:
         console.print(f"[bold yellow]warning:[/] {w}", highlight=False)
 
