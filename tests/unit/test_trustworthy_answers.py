@@ -253,3 +253,20 @@ def test_the_race_command_carries_a_grid_the_profiler_loads(tmp_path: Path) -> N
     (tmp_path / "region.yaml").write_text(grid_text)
     (w,) = load_grid(tmp_path / "region.yaml").workloads
     assert w.rate == pytest.approx(256) and "graphmode profile --race" in cmd and "--grid region.yaml" in cmd
+
+
+def test_the_api_says_which_objectives_a_model_can_answer() -> None:
+    from starlette.testclient import TestClient
+
+    from graphmode.core.records import Fingerprint
+    from graphmode.core.settings import Settings
+    from graphmode.service.app import create_app
+
+    body = {"workload": {"rate": 8, "input_tokens": 256, "output_tokens": 128}, "objective": {"metric": "memory"},
+            "vllm_version": "0.33.0"}
+    with TestClient(create_app(Settings(), models_dir=MODELS, target=Fingerprint(gpu_name="NVIDIA H200"))) as tc:
+        r = tc.post("/v1/recommend", json=body)
+        assert r.status_code == 422, r.text
+        assert "cannot answer for graph_gib" in r.text and "measured it in 0 cells" in r.text
+        ok = tc.post("/v1/recommend", json={**body, "vllm_version": "0.24.0"})
+        assert ok.status_code == 200 and ok.json()["objective"]["metric"] == "graph_gib"
