@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -65,6 +65,13 @@ from graphmode.profiling.race_rounds import (
 )
 from graphmode.profiling.race_sizes import is_sizes_row
 from graphmode.profiling.sequential import Decision, SequentialRule
+from graphmode.selector.across import (
+    MIN_OTHER_RACES,
+    AcrossRaces,
+    VerdictKind,
+    across_aa_arms,
+    across_races,
+)
 from graphmode.selector.featurize import shape_key, shape_of_row
 from graphmode.selector.region import (
     REGION_FEATURES,
@@ -76,10 +83,9 @@ from graphmode.selector.region import (
     region_span,
 )
 
-__all__ = ["REGION_FEATURES", "OutsideRegion", "RaceAnswer", "RaceVerdict", "race_command", "race_decision",
-           "race_verdicts"]
+__all__ = ["MIN_OTHER_RACES", "REGION_FEATURES", "AcrossRaces", "OutsideRegion", "RaceAnswer", "RaceVerdict",
+           "VerdictKind", "across_aa_arms", "across_races", "race_command", "race_decision", "race_verdicts"]
 
-VerdictKind = Literal["better", "worse", "equivalent", "undecided"]
 
 
 class RaceVerdict(BaseModel):
@@ -297,78 +303,6 @@ class RaceAnswer(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-# Fewer other races than this and their interval is too wide to tell a mode's effect from the starts'.
-MIN_OTHER_RACES = 3
-
-
-class AcrossRaces(BaseModel):
-    """One mode against the default on one metric over several races (each its own engine starts)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mode: str
-    metric: str
-    verdict: VerdictKind
-    races: int
-    ratio: float = Field(description="geometric mean over the races of each race's ratio over all its rounds")
-    lo: float
-    hi: float
-    confidence: float
-    delta: float
-    shapes: list[str] = Field(default_factory=list)
-
-    def describe(self) -> str:
-        return (f"{self.mode}'s {self.metric} is {self.ratio:.3f}× the default's over {self.races} other "
-                f"races (their own engine starts and configurations), {self.confidence:.0%} interval "
-                f"{self.lo:.3f}–{self.hi:.3f} (t on the races' log ratios): {self.verdict} (δ {self.delta:g})")
-
-
-def across_races(verdicts: Sequence[RaceVerdict], mode: str, metric: str, *, exclude_shape: str | None = None,
-                 delta: float = 0.03, confidence: float = 0.95,
-                 min_races: int = MIN_OTHER_RACES) -> AcrossRaces | None:
-    """*mode* against the default on *metric* over the races of *verdicts* (one per shape, the pooled verdict),
-    but *exclude_shape*'s; None with fewer than *min_races*. A/A arms and arms vLLM ran as another mode are
-    not the mode and are left out. Each race's sample is its ratio over every round (``ratio_all``), not the
-    verdict's ratio at its first crossing, which a sequential rule reaches sooner on extreme rounds."""
-    picked = sorted(((v.shape, r) for v in verdicts
-                     if v.mode == mode and v.metric == metric and v.workload is None and not v.runs_as
-                     and v.shape != exclude_shape and (r := _race_ratio(v)) is not None),
-                    key=lambda sv: sv[0])
-    return _across(picked, mode, metric, delta, confidence, min_races)
-
-
-def _race_ratio(v: RaceVerdict) -> float | None:
-    """A race's one sample: its ratio over every round (a verdict's own ratio stops at its first crossing)."""
-    r = v.ratio_all if v.ratio_all is not None else v.ratio
-    return r if r is not None and r > 0 else None
-
-
-def across_aa_arms(verdicts: Sequence[RaceVerdict], metric: str, *, default_mode: str = DEFAULT_MODE.value,
-                   delta: float = 0.03, confidence: float = 0.95,
-                   min_races: int = MIN_OTHER_RACES) -> AcrossRaces | None:
-    """The control of :func:`across_races`: the same interval over the races' A/A arms (CONTROL, and arms vLLM
-    ran as the default's mode), where the truth is 1. It should not read "better" or "worse"."""
-    picked = sorted(((v.shape, r) for v in verdicts
-                     if (v.mode == CONTROL_ARM or v.runs_as == default_mode) and v.metric == metric
-                     and v.workload is None and (r := _race_ratio(v)) is not None), key=lambda sv: sv[0])
-    return _across(picked, CONTROL_ARM, metric, delta, confidence, min_races)
-
-
-def _across(picked: Sequence[tuple[str, float]], mode: str, metric: str, delta: float, confidence: float,
-            min_races: int) -> AcrossRaces | None:
-    from graphmode.profiling.sequential import interval
-
-    if len(picked) < max(min_races, 2):
-        return None
-    mean, lo, hi = interval([math.log(r) for _, r in picked], confidence)
-    up, down = math.log1p(delta), math.log1p(-delta)
-    kind: VerdictKind = ("better" if hi < down else "worse" if lo > up
-                         else "equivalent" if -up <= lo and hi <= up else "undecided")
-    return AcrossRaces(mode=mode, metric=metric, verdict=kind, races=len(picked), ratio=math.exp(mean),
-                       lo=math.exp(lo), hi=math.exp(hi), confidence=confidence, delta=delta,
-                       shapes=[sh for sh, _ in picked])
-
-
 def _pick_servers(mine: Sequence[RaceVerdict], api_server_count: int | None, notes: list[str]) -> int | None:
     """The API-server count whose races answer: the deployment's, else the nearest raced one (one server
     counts as 1); a note when there was a choice."""
@@ -449,15 +383,13 @@ def race_decision(
     """
     mine = [v for v in verdicts if v.shape == shape and v.metric == metric and v.mode != CONTROL_ARM]
     notes: list[str] = []
+    cache = memo if memo is not None else {}
 
     def across(mode: str, delta: float, confidence: float) -> AcrossRaces | None:
         key = (mode, metric, shape, delta, confidence)
-        if memo is not None and key in memo:
-            return memo[key]
-        got = across_races(verdicts, mode, metric, exclude_shape=shape, delta=delta, confidence=confidence)
-        if memo is not None:
-            memo[key] = got
-        return got
+        if key not in cache:
+            cache[key] = across_races(verdicts, mode, metric, exclude_shape=shape, delta=delta, confidence=confidence)
+        return cache[key]
 
     if not mine and any(v.metric == metric and v.workload is None for v in verdicts):
         # the model races this metric, but never this shape and configuration: no raced region holds the request
@@ -467,16 +399,9 @@ def race_decision(
         return RaceAnswer(mode=default_mode, basis="outside", metric=metric, command=cmd, notes=notes)
     servers = _pick_servers(mine, api_server_count, notes)
     mine = [v for v in mine if v.api_servers == servers]
-    spans = {n: region_span(v for v in mine if v.max_model_len == n) for n in {v.max_model_len for v in mine}}
-    away = {n: outside_region(span, features) for n, span in spans.items()}
-    holding = [n for n, out in away.items() if not out]
-    if away and not holding:
-        nearest = min(away, key=lambda n: sum(math.log(o.factor) for o in away[n]))
-        out = away[nearest]
-        cmd = race_command(features, out)
-        notes.append("outside every raced region of this shape and configuration: " + "; ".join(
-            o.describe() for o in out) + f". vLLM's default ({default_mode}) stands; to measure this region: {cmd}")
-        return RaceAnswer(mode=default_mode, basis="outside", metric=metric, outside=out, command=cmd, notes=notes)
+    holding, outside = _holding_pools(mine, features, metric, default_mode, notes)
+    if outside is not None:
+        return outside
     length = _pick_pool(mine, features, max_model_len, notes)
     if holding and length not in holding:  # the nearest centre's region does not reach the request; another does
         length = min(holding, key=lambda n: n or 0)
@@ -493,70 +418,29 @@ def race_decision(
         return None
     ok = set(allowed) if allowed is not None else None
     chosen: dict[str, RaceVerdict] = dict(pooled)
-    region: str | None = None
     regions = [v for v in mine if v.workload is not None and v.features]
-    if regions and any(v.verdict == "undecided" for v in pooled.values()):
-        dists = {v.workload: d for v in regions if (d := log_distance(v.features, features)) is not None}
-        if dists:
-            region = min(dists, key=lambda w: dists[w])
-            for v in regions:
-                if v.workload == region and pooled.get(v.mode) is not None and \
-                        pooled[v.mode].verdict == "undecided" and v.verdict != "undecided":
-                    chosen[v.mode] = v
-                    notes.append(f"pooled verdict open for {v.mode}; on the nearest raced workload: {v.describe()}")
+    region = _open_pooled(pooled, regions, features, chosen, notes)
     region = pooled_disagrees(pooled, regions, features, chosen, notes) or region
     if not any(v.workload == region for v in chosen.values()):
         region = None
-    backed = set(corroborated)
-    support: dict[str, AcrossRaces] = {}
-    better = []
-    held: set[str] = set()  # undecided only for want of a measured start effect, acted on like one start
-    for v in sorted(chosen.values(), key=lambda v: (v.ratio or 1.0)):
-        starts_only = v.verdict == "undecided" and v.reads == "better"
-        if (v.verdict != "better" and not starts_only) or (ok is not None and v.mode not in ok):
-            continue
-        if (v.starts >= 2 and not starts_only) or v.mode in backed:
-            better.append(v)
-            continue
-        others = across(v.mode, v.delta, v.confidence)
-        if others is not None and others.verdict == "better":
-            better.append(v)
-            support[v.mode] = others
-            if starts_only:
-                held.add(v.mode)
-            continue
-        if starts_only:
-            notes.append(f"race: {v.describe()}; over its {v.starts} engine starts of each side the interval reads "
-                         "better, but no A/A arm measured the start effect and no other paired comparison "
-                         "agrees: an A/A arm (--control) would decide it")
-            continue
-        aa = next((a for a in verdicts if a.pool == (shape, length, servers) and a.metric == metric
-                   and a.workload is None and a.ratio is not None
-                   and (a.mode == CONTROL_ARM or a.runs_as == default_mode)), None)
-        spread = f"; this shape's A/A arm put two starts of the default {aa.ratio:.2f}× apart" if aa else ""
-        notes.append(f"race: {v.describe()}, but from one engine start each and no other paired comparison "
-                     f"agrees{spread}: not acted on until a second start does")
+    aa = next((a for a in verdicts if a.pool == (shape, length, servers) and a.metric == metric
+               and a.workload is None and a.ratio is not None
+               and (a.mode == CONTROL_ARM or a.runs_as == default_mode)), None)
+    better, support, held = _acted_on(chosen, ok, set(corroborated), across, aa, notes)
     worse = sorted(m for m, v in chosen.items() if v.verdict == "worse")
     undecided = sorted(m for m, v in chosen.items() if v.verdict == "undecided" and m not in held)
-    for m in undecided:
-        v = chosen[m]
-        if v.reads is not None:  # held back by its starts, not its rounds: said above
-            continue
-        others = across(m, v.delta, v.confidence)
-        if others is not None and others.verdict == "better" and (v.ratio or 1.0) < 1.0 \
-                and (ok is None or m in ok):
-            notes.append(f"race: {v.describe()}, while {others.describe()}: more rounds of this race "
-                         "(a larger --budget-min; the race resumes) would likely settle it")
-    base = constants.get(default_mode, {})
-    equivalent = []
-    for m, v in sorted(chosen.items()):
-        if v.verdict != "equivalent":
-            continue
-        mc = constants.get(m, {})
-        equivalent.append(EquivalentMode(
-            mode=m, ratio=v.ratio, interval=(v.lo, v.hi) if v.lo is not None and v.hi is not None else None,
-            rounds=v.rounds, saves_graph_gib=_saving(base.get("graph_gib"), mc.get("graph_gib")),
-            saves_startup_s=_saving(base.get("startup_s"), mc.get("startup_s"))))
+    notes += _likely_to_settle([chosen[m] for m in undecided], ok, across)
+    equivalent = _equivalents(chosen, constants, default_mode)
+    return _conclude(chosen, better, support, held, equivalent, worse, undecided, region, metric, order, ok,
+                     weighted, default_mode, notes)
+
+
+def _conclude(chosen: Mapping[str, RaceVerdict], better: Sequence[RaceVerdict], support: Mapping[str, AcrossRaces],
+              held: set[str], equivalent: list[EquivalentMode], worse: list[str], undecided: list[str],
+              region: str | None, metric: str, order: Sequence[str], ok: set[str] | None, weighted: bool,
+              default_mode: str, notes: list[str]) -> RaceAnswer:
+    """The race's answer: the best acted-on "better" mode, else the default (or, for an objective that charges
+    memory or start-up, an equivalent mode the ranking prefers), with the notes that say why."""
     if worse:
         notes.append(f"race: never recommended for {metric} (worse than the default by more than δ): "
                      + ", ".join(worse))
@@ -585,6 +469,109 @@ def race_decision(
     return RaceAnswer(mode=mode, basis=basis, metric=metric, region=region,
                       verdict=chosen.get(mode), equivalent=equivalent, worse=worse, undecided=undecided,
                       notes=notes)
+
+
+def _acted_on(chosen: Mapping[str, RaceVerdict], ok: set[str] | None, backed: set[str],
+              across: Callable[[str, float, float], AcrossRaces | None], aa: RaceVerdict | None,
+              notes: list[str]) -> tuple[list[RaceVerdict], dict[str, AcrossRaces], set[str]]:
+    """The "better" verdicts the selector may act on, best first: two starts or more of each side, or one
+    start that an independent comparison (*backed*: paired campaign rounds; *across*: the other races) agrees
+    with; the other races' intervals that did; and the modes held only by their starts. A one-start "better"
+    that nothing corroborates is noted (with the shape's A/A arm *aa*, if any) and not acted on."""
+    support: dict[str, AcrossRaces] = {}
+    better = []
+    held: set[str] = set()  # undecided only for want of a measured start effect, acted on like one start
+    for v in sorted(chosen.values(), key=lambda v: (v.ratio or 1.0)):
+        starts_only = v.verdict == "undecided" and v.reads == "better"
+        if (v.verdict != "better" and not starts_only) or (ok is not None and v.mode not in ok):
+            continue
+        if (v.starts >= 2 and not starts_only) or v.mode in backed:
+            better.append(v)
+            continue
+        others = across(v.mode, v.delta, v.confidence)
+        if others is not None and others.verdict == "better":
+            better.append(v)
+            support[v.mode] = others
+            if starts_only:
+                held.add(v.mode)
+            continue
+        if starts_only:
+            notes.append(f"race: {v.describe()}; over its {v.starts} engine starts of each side the interval reads "
+                         "better, but no A/A arm measured the start effect and no other paired comparison "
+                         "agrees: an A/A arm (--control) would decide it")
+            continue
+        spread = f"; this shape's A/A arm put two starts of the default {aa.ratio:.2f}× apart" if aa else ""
+        notes.append(f"race: {v.describe()}, but from one engine start each and no other paired comparison "
+                     f"agrees{spread}: not acted on until a second start does")
+    return better, support, held
+
+
+def _likely_to_settle(undecided: Sequence[RaceVerdict], ok: set[str] | None,
+                      across: Callable[[str, float, float], AcrossRaces | None]) -> list[str]:
+    """Notes for the open verdicts that read better while the other races are better by δ: more rounds of
+    this race would likely settle them."""
+    out = []
+    for v in undecided:
+        if v.reads is not None:  # held back by its starts, not its rounds: said where it was held
+            continue
+        others = across(v.mode, v.delta, v.confidence)
+        if others is not None and others.verdict == "better" and (v.ratio or 1.0) < 1.0 \
+                and (ok is None or v.mode in ok):
+            out.append(f"race: {v.describe()}, while {others.describe()}: more rounds of this race "
+                       "(a larger --budget-min; the race resumes) would likely settle it")
+    return out
+
+
+def _holding_pools(mine: Sequence[RaceVerdict], features: Mapping[str, Any], metric: str, default_mode: str,
+                   notes: list[str]) -> tuple[list[int | None], RaceAnswer | None]:
+    """The pools (max_model_len) whose raced region holds the request and, when none does, the answer: vLLM's
+    default with the dimensions outside the nearest pool's region and the command that would race it."""
+    spans = {n: region_span(v for v in mine if v.max_model_len == n) for n in {v.max_model_len for v in mine}}
+    away = {n: outside_region(span, features) for n, span in spans.items()}
+    holding = [n for n, out in away.items() if not out]
+    if not away or holding:
+        return holding, None
+    nearest = min(away, key=lambda n: sum(math.log(o.factor) for o in away[n]))
+    out = away[nearest]
+    cmd = race_command(features, out)
+    notes.append("outside every raced region of this shape and configuration: " + "; ".join(
+        o.describe() for o in out) + f". vLLM's default ({default_mode}) stands; to measure this region: {cmd}")
+    return holding, RaceAnswer(mode=default_mode, basis="outside", metric=metric, outside=out, command=cmd,
+                               notes=notes)
+
+
+def _open_pooled(pooled: Mapping[str, RaceVerdict], regions: Sequence[RaceVerdict], features: Mapping[str, Any],
+                 chosen: dict[str, RaceVerdict], notes: list[str]) -> str | None:
+    """Where a pooled verdict is open, the nearest raced workload's decided verdict answers for that mode
+    (*chosen* is updated); that workload's name, if any."""
+    if not regions or not any(v.verdict == "undecided" for v in pooled.values()):
+        return None
+    dists = {v.workload: d for v in regions if (d := log_distance(v.features, features)) is not None}
+    if not dists:
+        return None
+    region = min(dists, key=lambda w: dists[w])
+    for v in regions:
+        if v.workload == region and pooled.get(v.mode) is not None and \
+                pooled[v.mode].verdict == "undecided" and v.verdict != "undecided":
+            chosen[v.mode] = v
+            notes.append(f"pooled verdict open for {v.mode}; on the nearest raced workload: {v.describe()}")
+    return region
+
+
+def _equivalents(chosen: Mapping[str, RaceVerdict], constants: Mapping[str, Mapping[str, float | None]],
+                 default_mode: str) -> list[EquivalentMode]:
+    """The modes equivalent to the default, with what each saves against it."""
+    base = constants.get(default_mode, {})
+    out = []
+    for m, v in sorted(chosen.items()):
+        if v.verdict != "equivalent":
+            continue
+        mc = constants.get(m, {})
+        out.append(EquivalentMode(
+            mode=m, ratio=v.ratio, interval=(v.lo, v.hi) if v.lo is not None and v.hi is not None else None,
+            rounds=v.rounds, saves_graph_gib=_saving(base.get("graph_gib"), mc.get("graph_gib")),
+            saves_startup_s=_saving(base.get("startup_s"), mc.get("startup_s"))))
+    return out
 
 
 def _savings(gib: float | None, startup_s: float | None) -> str:
