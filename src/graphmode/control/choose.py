@@ -123,6 +123,30 @@ def remote_recommend(url: str, body: Mapping[str, Any], *, connect_timeout_s: fl
     return mode, data
 
 
+def service_body(objective: dict[str, Any], workload: WorkloadDescription | None,
+                 features: ObservedFeatures | Mapping[str, Any] | None, *, model_id: str | None,
+                 step_sizes: Mapping[str, Any] | None, vllm_args: Sequence[str] | None,
+                 served_config: Mapping[str, Any] | None, target: Fingerprint | None) -> dict[str, Any]:
+    """The ``POST /v1/recommend`` body for a launch: the same request the local decision path gets."""
+    body: dict[str, Any] = {"objective": objective}
+    if model_id:
+        body["model_id"] = model_id
+    if step_sizes is not None:
+        body["step_sizes"] = dict(step_sizes)
+    if vllm_args is not None:
+        body["vllm_args"] = list(vllm_args)
+    if served_config is not None:
+        body["served_model_config"] = dict(served_config)
+    if target is not None and target.vllm_version:
+        body["vllm_version"] = target.vllm_version
+    if workload is not None:
+        body["workload"] = workload.model_dump(exclude_none=True)
+    else:
+        feats = features if isinstance(features, Mapping) else features.model_dump()  # type: ignore[union-attr]
+        body["features"] = {k: v for k, v in dict(feats).items() if v is not None}
+    return body
+
+
 def remote_cautions(data: Mapping[str, Any]) -> list[str]:
     """The texts of a service answer's findings that limit its trust (:data:`graphmode.selector.answer.CAUTION`),
     picked by kind; a service older than typed findings gives none."""
@@ -216,14 +240,8 @@ def choose_mode(
     t0 = time.perf_counter()
     notes: list[str] = []
     obj = objective.build(default_metric)  # a bad objective is the caller's error, not a fallback
-    basis: Basis
-    inputs: Any
-    if workload is not None:
-        basis, inputs = "workload", workload
-    elif features is not None:
-        basis, inputs = "features", features
-    else:
-        basis, inputs = "static", None
+    inputs: Any = workload if workload is not None else features
+    basis: Basis = "workload" if workload is not None else "features" if features is not None else "static"
 
     def done(c: Choice) -> Choice:
         if vllm_args is not None:  # whatever answered, never a mode vLLM would downgrade in this deployment
@@ -239,23 +257,8 @@ def choose_mode(
         return c
 
     if selector_url and inputs is not None:
-        body: dict[str, Any] = {"objective": objective.payload(default_metric)}
-        if model_id:
-            body["model_id"] = model_id
-        if step_sizes is not None:
-            body["step_sizes"] = dict(step_sizes)
-        if vllm_args is not None:
-            body["vllm_args"] = list(vllm_args)
-        if served_config is not None:
-            body["served_model_config"] = dict(served_config)
-        if target is not None and target.vllm_version:
-            body["vllm_version"] = target.vllm_version
-        if basis == "workload":
-            assert workload is not None
-            body["workload"] = workload.model_dump(exclude_none=True)
-        else:
-            feats = features if isinstance(features, Mapping) else features.model_dump()  # type: ignore[union-attr]
-            body["features"] = {k: v for k, v in dict(feats).items() if v is not None}
+        body = service_body(objective.payload(default_metric), workload, features, model_id=model_id,
+                            step_sizes=step_sizes, vllm_args=vllm_args, served_config=served_config, target=target)
         try:
             mode, data = remote_recommend(selector_url, body, connect_timeout_s=connect_timeout_s,
                                           read_timeout_s=read_timeout_s, transport=transport)
