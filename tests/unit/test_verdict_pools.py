@@ -155,3 +155,17 @@ def test_the_race_table_lists_the_one_and_the_four_api_server_races_apart() -> N
     heads = [line.split(":")[0] for line in r.stdout.splitlines() if line.startswith("LlamaForCausalLM")]
     assert heads == ["LlamaForCausalLM 1.24B seqs=1024", "LlamaForCausalLM 1.24B seqs=1024, 4 API servers"]
     assert "CPU-bound cells" in r.stdout.split(heads[1])[1]
+
+
+def test_every_verdict_carries_the_region_it_was_measured_in(verdicts: list[RaceVerdict]) -> None:
+    from graphmode.selector.region import region_span
+
+    by_len = pooled(verdicts)
+    assert by_len[4096].span["mean_input_tokens"] == (300.0, 300.0)
+    assert by_len[17408].span["arrival_rate"] == (4.0, 4.0)
+    (w,) = [v for v in verdicts if v.workload == "w" and v.max_model_len == 4096 and v.metric == "ttft_p50"
+            and v.mode == "FULL"]
+    assert w.span["mean_output_tokens"] == (128.0, 128.0)
+    # the region the decision reads is the stored one (every round), not the workload centres
+    wide = by_len[4096].model_copy(update={"span": {"mean_input_tokens": (64.0, 2000.0)}})
+    assert region_span([wide, w])["mean_input_tokens"] == (64.0, 2000.0)

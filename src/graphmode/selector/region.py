@@ -46,8 +46,19 @@ class OutsideRegion(BaseModel):
 
 
 def region_span(verdicts: Iterable[RaceVerdict]) -> dict[str, tuple[float, float]]:
-    """Per region feature, the lowest and highest of the raced workloads' centres among *verdicts*."""
+    """Per region feature, the lowest and highest value measured among one pool's *verdicts*: the pooled
+    verdicts' stored spans (every round's observed features), else (a card trained before spans were stored)
+    the raced workloads' centres."""
+    verdicts = list(verdicts)
     span: dict[str, tuple[float, float]] = {}
+    for v in verdicts:
+        if v.workload is None:
+            for f, (lo, hi) in v.span.items():
+                if f in REGION_FEATURES and lo > 0:
+                    old = span.get(f, (lo, hi))
+                    span[f] = (min(old[0], lo), max(old[1], hi))
+    if span:
+        return span
     for v in verdicts:
         if v.workload is None:
             continue

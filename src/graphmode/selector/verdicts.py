@@ -106,6 +106,10 @@ class RaceVerdict(BaseModel):
     confidence: float
     why: str = ""
     features: dict[str, float] = Field(default_factory=dict, description="region: the default's observed features")
+    span: dict[str, tuple[float, float]] = Field(
+        default_factory=dict, description="the measured region: per region feature, the lowest and highest the "
+        "default's engine observed over the verdict's rounds (pooled: every workload's); with max_model_len, "
+        "api_servers and the shape key's configuration (max_num_seqs, backend, ...) it says where it holds")
     starts: int = Field(1, ge=1, description="engine starts behind the verdict's rounds (the fewer of mode and "
                                                "default)")
     runs_as: str | None = Field(None, description="the mode vLLM ran for this arm when it is not the one asked "
@@ -211,6 +215,10 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = Sequ
                     if isinstance(v, int | float) and math.isfinite(v) and v > 0:
                         feats[str(r["workload"])][f].append(float(v))
         centre = _centre({f: float(sum(xs) / len(xs)) for f, xs in by_f.items() if xs} for by_f in feats.values())
+        spans = {w: {f: (min(xs), max(xs)) for f, xs in by_f.items() if xs} for w, by_f in feats.items()}
+        pool_span = {f: (min(sp[f][0] for sp in spans.values() if f in sp),
+                         max(sp[f][1] for sp in spans.values() if f in sp))
+                     for f in {f for sp in spans.values() for f in sp}}
         for arm in table.arms():
             if arm == DEFAULT_ARM:
                 continue
@@ -220,13 +228,14 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = Sequ
                 and next(iter(ran[arm])) != arm else None
             for metric, d in v.pooled.items():
                 out.append(_verdict(shape, arm, metric, None, d, rule, centre, runs_as,
-                                    _all_rounds(table.blocked(arm, metric)[0], rule.confidence), length, servers))
+                                    _all_rounds(table.blocked(arm, metric)[0], rule.confidence), length, servers,
+                                    pool_span))
             for (metric, workload), d in sorted(v.by_workload.items()):
                 if d.n:
                     region = {f: float(sum(xs) / len(xs)) for f, xs in feats[workload].items() if xs}
                     out.append(_verdict(shape, arm, metric, workload, d, rule, region, runs_as,
                                         _all_rounds(table.blocked(arm, metric, workload)[0], rule.confidence), length,
-                                        servers))
+                                        servers, spans.get(workload, {})))
     return out
 
 
@@ -259,13 +268,13 @@ AllRounds = tuple[float | None, int, float | None, float | None]
 def _verdict(shape: str, arm: str, metric: str, workload: str | None, d: Decision, rule: SequentialRule,
              features: dict[str, float], runs_as: str | None = None,
              all_rounds: AllRounds = (None, 0, None, None), max_model_len: int | None = None,
-             servers: int | None = None) -> RaceVerdict:
+             servers: int | None = None, span: dict[str, tuple[float, float]] | None = None) -> RaceVerdict:
     # starts behind the verdict: the rounds up to its first crossing (the fewer of the mode's and the default's)
     return RaceVerdict(shape=shape, mode=arm, metric=metric, workload=workload, verdict=d.verdict, rounds=d.n,
                        ratio=d.ratio, lo=d.lo, hi=d.hi, delta=rule.delta, confidence=rule.confidence, why=d.why,
                        features=features, starts=max(1, d.starts), runs_as=runs_as, ratio_all=all_rounds[0],
                        rounds_all=all_rounds[1] or None, lo_all=all_rounds[2], hi_all=all_rounds[3],
-                       reads=d.reads, max_model_len=max_model_len,
+                       reads=d.reads, max_model_len=max_model_len, span=span or {},
                        api_servers=servers)
 
 
