@@ -45,7 +45,7 @@ def client(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     app = create_app(Settings(), models_dir=root, target=Fingerprint(gpu_name="NVIDIA H200"),
                      recommend_in_threadpool=request.param)
     with TestClient(app) as c:
-        assert c.get("/healthz").json()["default_model_id"] == V024
+        assert c.get("/healthz").json()["default_model_id"] == V033  # no release given: the newest
         yield c
 
 
@@ -69,8 +69,8 @@ def test_unreadable_version_keeps_the_default_and_says_so(client: TestClient) ->
         r = client.post("/v1/recommend", json={"server_url": url, **SCRAPE})
     assert r.status_code == 200, r.text
     ans = r.json()
-    assert ans["model_id"] == V024
-    assert any("vLLM version could not be read" in w and V024 in w for w in ans["warnings"])
+    assert ans["model_id"] == V033
+    assert any("vLLM version could not be read" in w and V033 in w for w in ans["warnings"])
 
 
 def test_an_explicit_model_id_wins_and_version_is_not_asked(client: TestClient) -> None:

@@ -308,7 +308,8 @@ def test_api_recommend_warns_on_an_unprofiled_configuration() -> None:
     body = {"workload": {"rate": 4, "input_tokens": 256, "output_tokens": 128},
             "served_model_config": _cfg("llama-3.1-8b"),
             "vllm_args": ["--model", "/m", "--attention-backend", "FLASHINFER", "--speculative-config",
-                          '{"method": "ngram", "num_speculative_tokens": 3}']}
+                          '{"method": "ngram", "num_speculative_tokens": 3}'],
+            "model_id": "nvidia-h200-vllm0.24.0-ab3c7947c90d"}  # trained on the default configuration only
     with TestClient(create_app(Settings(), models_dir=MODELS, target=None)) as tc:
         r = tc.post("/v1/recommend", json=body)
         assert r.status_code == 200, r.text
@@ -327,6 +328,7 @@ def test_launch_passes_the_configuration_through_and_says_it_is_unprofiled(tmp_p
 
     runner = CliRunner()
     r = runner.invoke(app, ["launch", "--dry-run", "--models-dir", str(MODELS), "--state-dir", str(tmp_path),
+                            "--vllm-version", "0.24.0",  # the model trained on the default configuration only
                             "--vllm-cmd", "vllm serve", *WORKLOAD, "--", "/m", "--tensor-parallel-size", "2",
                             "--max-num-seqs", "1024"])
     assert r.exit_code == 0, r.output

@@ -55,7 +55,13 @@ def test_pooled_and_region_verdicts_from_rows() -> None:
     assert region[("FULL", "low")].features["arrival_rate"] == pytest.approx(2.0)
     assert pooled[("NONE", "ttft_p50")].verdict == "equivalent"  # identical TTFT every round
     assert "NONE's itl_p50 is 1.4" in pooled[("NONE", "itl_p50")].describe()
-    assert "over 3 paired rounds" in pooled[("NONE", "itl_p50")].describe()
+    # the effect size is over every round of the race, with its interval; the verdict says when it was reached
+    none = pooled[("NONE", "itl_p50")]
+    assert none.rounds == 3 and none.rounds_all == 6 and none.lo_all is not None and none.hi_all is not None
+    assert none.lo_all < none.ratio_all < none.hi_all  # type: ignore[operator]
+    text = none.describe()
+    assert f"{none.ratio_all:.3f}× the default's over all 6 paired rounds" in text
+    assert f"interval {none.lo_all:.3f}–{none.hi_all:.3f}: worse at round 3" in text and f"{none.ratio:.3f}" not in text
 
 
 def _v(mode: str, verdict: str, ratio: float, workload: str | None = None, starts: int = 2,
@@ -90,7 +96,13 @@ def test_decision_rules() -> None:
     blocked = race_decision([_v("FULL", "better", 0.9)], "s", "itl_p50", {}, ORDER, CONSTS, weighted=False,
                             allowed=[D, "NONE"])
     assert blocked is not None and blocked.mode == D
-    assert race_decision([_v("FULL", "better", 0.9)], "other-shape", "itl_p50", {}, ORDER, CONSTS,
+    # a shape (or configuration) never raced on a metric the model races: outside every raced region, the default
+    other = race_decision([_v("FULL", "better", 0.9)], "other-shape", "itl_p50", {"arrival_rate": 4.0}, ORDER,
+                          CONSTS, weighted=False)
+    assert other is not None and other.mode == D and other.basis == "outside"
+    assert "never raced on itl_p50" in other.notes[0] and "graphmode profile --race" in (other.command or "")
+    # a metric no race measured: no decision, the tie rule stands
+    assert race_decision([_v("FULL", "better", 0.9)], "other-shape", "e2e_p99", {}, ORDER, CONSTS,
                          weighted=False) is None
 
 

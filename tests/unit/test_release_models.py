@@ -45,10 +45,13 @@ def test_a_patch_release_is_nearer_than_another_minor() -> None:
     assert match_card(cards["0.33.0"], target).score > match_card(cards["0.24.0"], target).score
 
 
-def test_without_a_release_the_model_with_most_rows_answers_and_says_there_is_a_choice() -> None:
+def test_without_a_release_the_newest_release_answers_and_says_so() -> None:
     entry, match = select_model(MODELS, target=None)
-    assert _release(entry.model_id) == "0.24.0"
-    assert any("2 models exist" in w for w in match.warnings)
+    assert _release(entry.model_id) == "0.33.0" and match.release_assumed == "0.33.0"
+    gpu_only = select_model(MODELS, target=Fingerprint(gpu_name=H200))
+    assert _release(gpu_only[0].model_id) == "0.33.0" and gpu_only[1].release_assumed == "0.33.0"
+    named = select_model(MODELS, target=Fingerprint(gpu_name=H200, vllm_version="0.24.0"))
+    assert _release(named[0].model_id) == "0.24.0" and named[1].release_assumed is None
 
 
 def test_every_bundled_models_datasets_are_the_ones_it_was_trained_on() -> None:

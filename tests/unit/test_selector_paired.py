@@ -119,7 +119,7 @@ def test_training_keeps_the_verdicts_on_the_set_and_the_card(tmp_path: Path) -> 
 
 
 def test_the_recommendation_names_a_paired_win_that_the_tie_rule_hides() -> None:
-    rec = Recommender.load(REPO / "models")
+    rec = Recommender.load(REPO / "models", "nvidia-h200-vllm0.24.0-ab3c7947c90d")  # its paired campaigns
     qwen = rec.for_shape(shape_of_config(json.loads((REPO / "models" / "shapes" / "qwen2.5-0.5b.json").read_text())))
     key = shape_key(qwen._shape or {})
     desc = {"rate": 8, "input_tokens": 512, "output_tokens": 128}
@@ -153,8 +153,9 @@ def test_a_chosen_mode_that_lost_inside_rounds_is_named() -> None:
         PairedVerdict(shape=key, mode="NONE", metric="itl_p50", rounds=[(0, 24, 4.0), (1, 24, 4.1)],
                       verdict="higher"),
     ]}
-    (note,) = rec._paired_notes("itl_p50", "FULL")
+    settle, (note,) = rec._paired_notes("itl_p50", "FULL")
+    assert settle == []
     assert "FULL's itl_p50 was 1.20×/1.10× the default's, higher in 2 of 2 rounds" in note
     assert "the default measured better" in note
-    assert rec._paired_notes("itl_p50", rec.default_mode) == []  # losers against the default: no news
-    assert rec._paired_notes("ttft_p50", "FULL") == []
+    assert rec._paired_notes("itl_p50", rec.default_mode) == ([], [])  # losers against the default: no news
+    assert rec._paired_notes("ttft_p50", "FULL") == ([], [])

@@ -272,7 +272,7 @@ def test_model_path_is_read_or_refused_never_ignored(tmp_path: Path) -> None:
 def test_one_recommender_answers_for_each_served_model() -> None:
     # A service loads one multi-shape model and answers for whichever model a request's deployment serves.
     root = Path(__file__).resolve().parents[2] / "models"
-    rec = Recommender.load(root)
+    rec = Recommender.load(root, "nvidia-h200-vllm0.24.0-ab3c7947c90d")  # the release that measured graph memory
     desc = {"rate": 8, "input_tokens": 512, "output_tokens": 128}
     plain = rec.recommend(desc, "ttft_p50")
     assert any("no target shape was given" in w for w in plain.warnings)

@@ -26,9 +26,11 @@ def models() -> LoadedModels:
     return loaded
 
 
-def test_default_is_the_one_with_more_rows(models: LoadedModels) -> None:
-    # both fit an H200 of unknown release equally: the tie goes to the most rows (0.24's 1259 vs 200)
-    assert models.default is not None and models.default.model_id == V024
+def test_default_is_the_newest_release(models: LoadedModels) -> None:
+    # both fit an H200 of unknown release equally: the tie goes to the newest release (what users run), not to
+    # the most rows (0.24's 1259 vs 200), and the answer says which release it assumed
+    assert models.default is not None and models.default.model_id == V033
+    assert models.default.match.release_assumed == "0.33.0"
 
 
 @pytest.mark.parametrize(

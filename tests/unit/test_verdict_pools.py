@@ -79,9 +79,29 @@ def test_without_a_workload_the_deployments_length_then_the_largest_pool_answers
 
 def test_one_pool_decides_as_before_without_a_note(verdicts: list[RaceVerdict]) -> None:
     only = [v for v in verdicts if v.max_model_len == 4096]
-    got = race_decision(only, "abc", "ttft_p50", {"mean_input_tokens": 9000.0}, ORDER, {}, weighted=False,
+    got = race_decision(only, "abc", "ttft_p50", {"mean_input_tokens": 320.0}, ORDER, {}, weighted=False,
                         corroborated=["FULL"])
     assert got is not None and got.mode == "FULL" and not any("was raced at" in n for n in got.notes)
+
+
+def test_a_request_outside_every_raced_region_gets_the_default_and_the_command(
+        verdicts: list[RaceVerdict]) -> None:
+    only = [v for v in verdicts if v.max_model_len == 4096]  # raced at 300-token prompts only
+    got = race_decision(only, "abc", "ttft_p50", {"mean_input_tokens": 9000.0, "arrival_rate": 4.0}, ORDER, {},
+                        weighted=False, corroborated=["FULL"])
+    assert got is not None and got.mode == D and got.basis == "outside"
+    (out,) = got.outside
+    assert out.feature == "mean_input_tokens" and out.factor == pytest.approx(30.0)
+    (note,) = [n for n in got.notes if "outside every raced region" in n]
+    assert "mean_input_tokens 9000" in note and "30.0× above" in note
+    assert "graphmode profile --race" in note and "input: {mean: 9000" in note and "--max-model-len 16384" in note
+    # load above the heaviest raced workload is outside; lighter load (fewer requests in flight) is not
+    busy = race_decision(only, "abc", "ttft_p50", {"mean_input_tokens": 300.0, "arrival_rate": 64.0}, ORDER, {},
+                         weighted=False, corroborated=["FULL"])
+    assert busy is not None and busy.basis == "outside" and busy.outside[0].feature == "arrival_rate"
+    idle = race_decision(only, "abc", "ttft_p50", {"mean_input_tokens": 300.0, "arrival_rate": 0.5}, ORDER, {},
+                         weighted=False, corroborated=["FULL"])
+    assert idle is not None and idle.mode == "FULL"
 
 
 def test_the_race_table_lists_each_pool_of_the_committed_1b_races() -> None:
@@ -135,3 +155,17 @@ def test_the_race_table_lists_the_one_and_the_four_api_server_races_apart() -> N
     heads = [line.split(":")[0] for line in r.stdout.splitlines() if line.startswith("LlamaForCausalLM")]
     assert heads == ["LlamaForCausalLM 1.24B seqs=1024", "LlamaForCausalLM 1.24B seqs=1024, 4 API servers"]
     assert "CPU-bound cells" in r.stdout.split(heads[1])[1]
+
+
+def test_every_verdict_carries_the_region_it_was_measured_in(verdicts: list[RaceVerdict]) -> None:
+    from graphmode.selector.region import region_span
+
+    by_len = pooled(verdicts)
+    assert by_len[4096].span["mean_input_tokens"] == (300.0, 300.0)
+    assert by_len[17408].span["arrival_rate"] == (4.0, 4.0)
+    (w,) = [v for v in verdicts if v.workload == "w" and v.max_model_len == 4096 and v.metric == "ttft_p50"
+            and v.mode == "FULL"]
+    assert w.span["mean_output_tokens"] == (128.0, 128.0)
+    # the region the decision reads is the stored one (every round), not the workload centres
+    wide = by_len[4096].model_copy(update={"span": {"mean_input_tokens": (64.0, 2000.0)}})
+    assert region_span([wide, w])["mean_input_tokens"] == (64.0, 2000.0)

@@ -123,6 +123,41 @@ def remote_recommend(url: str, body: Mapping[str, Any], *, connect_timeout_s: fl
     return mode, data
 
 
+def service_body(objective: dict[str, Any], workload: WorkloadDescription | None,
+                 features: ObservedFeatures | Mapping[str, Any] | None, *, model_id: str | None,
+                 step_sizes: Mapping[str, Any] | None, vllm_args: Sequence[str] | None,
+                 served_config: Mapping[str, Any] | None, target: Fingerprint | None) -> dict[str, Any]:
+    """The ``POST /v1/recommend`` body for a launch: the same request the local decision path gets."""
+    body: dict[str, Any] = {"objective": objective}
+    if model_id:
+        body["model_id"] = model_id
+    if step_sizes is not None:
+        body["step_sizes"] = dict(step_sizes)
+    if vllm_args is not None:
+        body["vllm_args"] = list(vllm_args)
+    if served_config is not None:
+        body["served_model_config"] = dict(served_config)
+    if target is not None and target.vllm_version:
+        body["vllm_version"] = target.vllm_version
+    if workload is not None:
+        body["workload"] = workload.model_dump(exclude_none=True)
+    else:
+        feats = features if isinstance(features, Mapping) else features.model_dump()  # type: ignore[union-attr]
+        body["features"] = {k: v for k, v in dict(feats).items() if v is not None}
+    return body
+
+
+def remote_cautions(data: Mapping[str, Any]) -> list[str]:
+    """The texts of a service answer's findings that limit its trust (:data:`graphmode.selector.answer.CAUTION`),
+    picked by kind; a service older than typed findings gives none."""
+    from graphmode.selector.answer import CAUTION
+
+    found = data.get("findings")
+    if not isinstance(found, list):
+        return []
+    return [str(f["text"]) for f in found if isinstance(f, dict) and f.get("kind") in CAUTION and f.get("text")]
+
+
 def card_static_mode(card: ModelCard, objective: Objective) -> str | None:
     desc = objective.describe()
     for s in card.cv.summaries:
@@ -205,14 +240,8 @@ def choose_mode(
     t0 = time.perf_counter()
     notes: list[str] = []
     obj = objective.build(default_metric)  # a bad objective is the caller's error, not a fallback
-    basis: Basis
-    inputs: Any
-    if workload is not None:
-        basis, inputs = "workload", workload
-    elif features is not None:
-        basis, inputs = "features", features
-    else:
-        basis, inputs = "static", None
+    inputs: Any = workload if workload is not None else features
+    basis: Basis = "workload" if workload is not None else "features" if features is not None else "static"
 
     def done(c: Choice) -> Choice:
         if vllm_args is not None:  # whatever answered, never a mode vLLM would downgrade in this deployment
@@ -232,27 +261,13 @@ def choose_mode(
         return c
 
     if selector_url and inputs is not None:
-        body: dict[str, Any] = {"objective": objective.payload(default_metric)}
-        if model_id:
-            body["model_id"] = model_id
-        if step_sizes is not None:
-            body["step_sizes"] = dict(step_sizes)
-        if vllm_args is not None:
-            body["vllm_args"] = list(vllm_args)
-        if served_config is not None:
-            body["served_model_config"] = dict(served_config)
-        if target is not None and target.vllm_version:
-            body["vllm_version"] = target.vllm_version
-        if basis == "workload":
-            assert workload is not None
-            body["workload"] = workload.model_dump(exclude_none=True)
-        else:
-            feats = features if isinstance(features, Mapping) else features.model_dump()  # type: ignore[union-attr]
-            body["features"] = {k: v for k, v in dict(feats).items() if v is not None}
+        body = service_body(objective.payload(default_metric), workload, features, model_id=model_id,
+                            step_sizes=step_sizes, vllm_args=vllm_args, served_config=served_config, target=target)
         try:
             mode, data = remote_recommend(selector_url, body, connect_timeout_s=connect_timeout_s,
                                           read_timeout_s=read_timeout_s, transport=transport)
             notes += [w for w in data.get("warnings") or [] if isinstance(w, str) and "this deployment:" in w]
+            notes += remote_cautions(data)  # outside the raced region, another GPU's verdicts, ...
             return done(Choice(mode, "remote", basis, f"selector service {selector_url} recommends "
                                f"{mode.value} for the {basis}", notes, model_id=data.get("model_id"),
                                capture=capture_keys(data.get("capture"))))
@@ -272,9 +287,9 @@ def choose_mode(
                 hit.notes[:0] = notes
                 return done(hit)
         rec = loader(models_dir, model_id, target)
-        if vllm_args is not None:
-            rec = rec.for_deployment(deployment_of_args(vllm_args))
         if inputs is None:
+            if vllm_args is not None:
+                rec = rec.for_deployment(deployment_of_args(vllm_args))
             note = rec.deployment_warning
             if note:
                 notes.append(note)
@@ -282,17 +297,15 @@ def choose_mode(
             mode = parse_mode(mode_name)
             return done(Choice(mode, "local", "static", f"model {rec.model_id}: best static mode for "
                                f"{obj.describe()} ({how})", notes, model_id=rec.model_id))
-        ans = rec.recommend(inputs, obj)
-        if step_sizes is not None or vllm_args is not None:
-            from graphmode.core.records import StepSizes
-            from graphmode.selector.graphconfig import complete
+        from graphmode.core.records import StepSizes
+        from graphmode.selector.decide import Request, decide
 
-            steps = StepSizes.model_validate(dict(step_sizes)) if step_sizes is not None else None
-            before = ans.mode
-            ans = complete(ans, step_sizes=steps, vllm_args=list(vllm_args or []), model_folder=rec.folder)
-            if ans.mode != before:
-                notes.append(ans.notes[-1])
+        steps = StepSizes.model_validate(dict(step_sizes)) if step_sizes is not None else None
+        deployment = deployment_of_args(vllm_args) if vllm_args is not None else None
+        ans = decide(rec, Request(inputs=inputs, objective=obj, vllm_args=vllm_args, deployment=deployment,
+                                  step_sizes=steps))
         notes.extend(ans.warnings)
+        notes.extend(f.text for f in ans.cautions())  # outside the raced region, another GPU's, a downgrade
         return done(Choice(parse_mode(ans.mode), "local", basis,
                            f"model {rec.model_id} recommends {ans.mode} for the {basis} ({obj.describe()}, "
                            f"confidence {ans.confidence.level})", notes, model_id=rec.model_id,
@@ -329,7 +342,7 @@ def _from_json(models_dir: Path, model_id: str | None, obj: Objective,
     info = entry.card.artifacts.get(ARTIFACT_FILE)
     table = load_table(entry.folder, info.sha256) if info is not None else None
     ans = lookup(table, workload, obj.describe()) if table is not None else None
-    if ans is None or table is None:
+    if ans is None or table is None or not _verdicts_agree(entry.card, obj, workload, ans.mode):
         return None
     at = ", ".join(f"{k} {v:g}" for k, v in ans.point.items())
     return Choice(parse_mode(ans.mode), "local", "workload",
@@ -337,6 +350,23 @@ def _from_json(models_dir: Path, model_id: str | None, obj: Objective,
                   f"nearest grid point {at})",
                   list(dict.fromkeys([*match.warnings, *table["warnings"], *([note] if note else [])])),
                   model_id=mid)
+
+
+def _verdicts_agree(card: ModelCard, obj: Objective, workload: WorkloadDescription, mode: str) -> bool:
+    """Whether the race verdicts, asked as the decision path asks them, give the table's *mode* for this
+    workload: a table written before the evidence region (or any other rule) changed is only a cache of the
+    answer, so where the verdicts answer otherwise (outside every raced region, a pooled verdict the nearest
+    workload contradicts) the full model decides."""
+    from graphmode.selector.featurize import shape_key
+    from graphmode.selector.verdicts import race_decision
+
+    if not card.race or not card.shapes:
+        return True
+    feats = {"arrival_rate": workload.rate, "mean_input_tokens": workload.input_tokens,
+             "mean_output_tokens": workload.output_tokens}
+    race = race_decision(card.race, shape_key(card.shapes[0]), obj.metric, feats, [mode], {}, weighted=False,
+                         default_mode=card.default_mode)
+    return race is None or (race.basis != "outside" and race.mode == mode)
 
 
 def _table_answers_for(card: ModelCard, target: Fingerprint | None, vllm_args: Sequence[str] | None) -> bool:

@@ -441,17 +441,18 @@ def local_advisor(models_dir: Path, model_id: str | None, objective: Any, *, tar
     """The local model's advice for observed features: the model ``target`` picks (the deployment's GPU,
     release and served model, :mod:`graphmode.control.target`), answering for the configuration of
     ``vllm_args`` (its race verdicts, and what vLLM would downgrade)."""
+    from graphmode.control.choose import deployment_of_args
     from graphmode.control.policy import advice_from_recommendation
+    from graphmode.selector.decide import Request, decide
     from graphmode.selector.recommend import Recommender
 
     rec = Recommender.load(models_dir, model_id, target=target)
-    if vllm_args is not None:
-        from graphmode.control.choose import deployment_of_args
-
+    if vllm_args is not None:  # once: the deployment does not change while it is watched
         rec = rec.for_deployment(deployment_of_args(vllm_args))
 
     def advise(feats: ObservedFeatures) -> Advice | None:
-        return advice_from_recommendation(rec.recommend(feats, objective, source="observed"))
+        return advice_from_recommendation(decide(rec, Request(inputs=feats, objective=objective,
+                                                               source="observed")))
 
     return advise
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from graphmode.core.records import Fingerprint
 
@@ -89,6 +90,137 @@ def moe_shape(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# The config.json fields that change what the GPU computes, each with the names other architectures give it.
+# Everything else (initializer_range, use_cache, attention_dropout at inference, a bias flag left at false,
+# transformers_version, token ids, ...) changes no kernel and never changes which shape answers.
+COMPUTE_FIELDS: Final[dict[str, tuple[str, ...]]] = {
+    "architecture": ("architectures",),
+    "model_type": ("model_type",),
+    "hidden_size": ("hidden_size", "n_embd", "d_model"),
+    "num_layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "num_key_value_heads": ("num_key_value_heads",),
+    "head_dim": ("head_dim",),
+    "intermediate_size": ("intermediate_size", "n_inner"),
+    "moe_intermediate_size": ("moe_intermediate_size",),
+    "shared_expert_intermediate_size": ("shared_expert_intermediate_size",),
+    "n_shared_experts": ("n_shared_experts",),
+    "first_k_dense_replace": ("first_k_dense_replace",),
+    "mlp_only_layers": ("mlp_only_layers",),
+    "vocab_size": ("vocab_size",),
+    "dtype": ("torch_dtype", "dtype"),  # transformers >= 4.56 writes "dtype"
+    "quantization": ("quantization_config",),
+    "tie_word_embeddings": ("tie_word_embeddings",),
+    "attention_bias": ("attention_bias",),
+    "mlp_bias": ("mlp_bias",),
+    "num_experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+    "num_experts_per_tok": ("num_experts_per_tok", "moe_top_k", "top_k"),
+    "rope_scaling": ("rope_scaling",),
+    "rope_theta": ("rope_theta",),
+    "sliding_window": ("sliding_window",),
+}
+
+
+def compute_identity(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The fields of :data:`COMPUTE_FIELDS` of a config.json, with the defaults transformers applies filled in
+    (KV heads = heads, head_dim = hidden / heads, untied embeddings, no experts), so two configs that run the
+    same kernels read the same whether a default is written out or not."""
+    out: dict[str, Any] = {}
+    for name, keys in COMPUTE_FIELDS.items():
+        out[name] = next((cfg[k] for k in keys if cfg.get(k) is not None), None)
+    archs = out["architecture"]
+    out["architecture"] = archs[0] if isinstance(archs, list) and archs else archs
+    heads = out["num_attention_heads"]
+    if out["num_key_value_heads"] is None:
+        out["num_key_value_heads"] = heads
+    hidden = out["hidden_size"]
+    if out["head_dim"] is None and isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+        out["head_dim"] = hidden // heads
+    for flag in ("tie_word_embeddings", "attention_bias", "mlp_bias"):  # absent reads as transformers' False
+        out[flag] = bool(out[flag])
+    if out["num_experts"] is None or (isinstance(out["num_experts"], int) and out["num_experts"] <= 1):
+        out["num_experts"] = out["num_experts_per_tok"] = None
+    if not out["sliding_window"] or cfg.get("use_sliding_window") is False:
+        out["sliding_window"] = None
+    return out
+
+
+def _full_hash(cfg: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def compute_hash(cfg: dict[str, Any]) -> str:
+    """A 12-hex id of :func:`compute_identity`: equal for configs that differ only in inert fields."""
+    return hashlib.sha256(json.dumps(compute_identity(cfg), sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+@functools.lru_cache(maxsize=1)
+def _shapes_dirs() -> tuple[Path, ...]:
+    """Where the profiled config.json shapes live: ``shapes/`` of the model registry (settings, read once per
+    process: a served request hashes its config.json on the hot path) and of a source checkout."""
+    from graphmode.core.settings import PACKAGE_DIR, load_settings
+
+    dirs = [load_settings().selector.models_dir / "shapes", PACKAGE_DIR.parent.parent / "models" / "shapes"]
+    return tuple(dict.fromkeys(d.resolve() for d in dirs if d.is_dir()))
+
+
+@functools.lru_cache(maxsize=8)
+def _profiled(dirs: tuple[Path, ...]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """compute hash -> (hash the datasets recorded, config) of every profiled config.json under *dirs*.
+
+    Datasets recorded a hash of the whole file before :func:`config_hash` named the computation; a profiled
+    config keeps that hash, so its rows, race verdicts and cards still answer for it."""
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for d in dirs:
+        for path in sorted(d.glob("*.json")):
+            try:
+                cfg = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                continue
+            if isinstance(cfg, dict):
+                out.setdefault(compute_hash(cfg), (_full_hash(cfg), cfg))
+    return out
+
+
+def profiled_configs() -> dict[str, tuple[str, dict[str, Any]]]:
+    """:func:`_profiled` of this installation's shape folders."""
+    return _profiled(_shapes_dirs())
+
+
+_SEEN: dict[str, dict[str, Any]] = {}  # hash -> compute identity of configs hashed here (named in differences)
+_SEEN_MAX = 256
+
+
+def config_hash(cfg: dict[str, Any]) -> str:
+    """The shape id of a config.json: the hash the profiled config of the same computation recorded
+    (``models/shapes``), else :func:`compute_hash`. Inert fields never change it."""
+    ident = compute_hash(cfg)
+    known = profiled_configs().get(ident)
+    h = known[0] if known else ident
+    if len(_SEEN) >= _SEEN_MAX:
+        _SEEN.pop(next(iter(_SEEN)))
+    _SEEN[h] = compute_identity(cfg)
+    return h
+
+
+def identity_of_hash(h: str | None) -> dict[str, Any] | None:
+    """The compute identity behind a shape id, if this process hashed that config or it is a profiled one."""
+    if not h:
+        return None
+    if h in _SEEN:
+        return _SEEN[h]
+    return next((compute_identity(cfg) for full, cfg in profiled_configs().values() if full == h), None)
+
+
+def config_differences(a: str | None, b: str | None) -> list[str] | None:
+    """``["num_key_value_heads 8 vs 4", ...]``: the computation fields in which shape ids *a* and *b*
+    differ; None when either config is unknown here."""
+    ia, ib = identity_of_hash(a), identity_of_hash(b)
+    if ia is None or ib is None:
+        return None
+    return [f"{k} {ia.get(k)} vs {ib.get(k)}" for k in COMPUTE_FIELDS if ia.get(k) != ib.get(k)]
+
+
 # A config.json is kilobytes (models/shapes/ holds < 1 KB each, hub configs reach ~100 KB); past this it is no config
 MAX_CONFIG_BYTES = 4 * 2**20
 
@@ -128,10 +260,13 @@ def load_model_config(model: str) -> dict[str, Any]:
 
 
 def shape_of_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Shape fields (architecture, layers, hidden size, parameters, ...) of a parsed config.json."""
+    """Shape fields (architecture, layers, hidden size, parameters, ...) of a parsed config.json.
+
+    ``model_config_hash`` names the computation (:func:`config_hash`), so a config.json that differs from a
+    profiled one only in inert fields gets that profiled shape's hash and its verdicts."""
     archs = cfg.get("architectures") or []
     return {
-        "model_config_hash": hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:12],
+        "model_config_hash": config_hash(cfg),
         "model_architecture": archs[0] if isinstance(archs, list) and archs else None,
         "model_type": cfg.get("model_type"),
         "num_layers": _int(cfg, "num_hidden_layers", "n_layer", "num_layers"),

@@ -37,7 +37,7 @@ from graphmode.selector.noise import RaceNoise, race_noise
 from graphmode.selector.objective import CONSTANT_METRICS, WORKLOAD_METRICS
 from graphmode.selector.paired import PairedVerdict, measured_from_rows, paired_rounds, paired_verdicts
 from graphmode.selector.specdecode import SpecDecodeMeasured, spec_decode_by_shape
-from graphmode.selector.verdicts import RaceVerdict, race_verdicts
+from graphmode.selector.verdicts import SPENDING_RULE, RaceVerdict, race_verdicts
 
 DEFAULT_NOISE_CV = 0.03
 SHRINK_K = 2.0  # prior weight (in repeats) of the pooled noise when shrinking one cell's spread
@@ -384,7 +384,7 @@ def build_training_set(
         notes.append("SYNTHETIC rows (run_id 'synthetic-*'): not measurements; for development only")
     # TPOT too: a race of hundreds of streams decides on it (SSE chunks coalesce, so ITL misleads there),
     # and a tpot_p50 objective should find its verdicts
-    race = race_verdicts(usable, metrics=VERDICT_METRICS)
+    race = race_verdicts(usable, SPENDING_RULE, metrics=VERDICT_METRICS)  # a "better" at its stated error rate
     return TrainingSet(
         units=units,
         modes=modes,

@@ -263,6 +263,7 @@ class Ranking:
     runner_up: str | None
     constraints_met: bool
     notes: list[str] = field(default_factory=list)
+    tie_note: str | None = None  # the tie rule kept the default over ``top`` (None: it did not)
 
     def tied(self, mode: str) -> bool:
         return mode in self.ties
@@ -336,9 +337,10 @@ def rank(
     ]
     ties = [s.mode for s in same_class if _within_noise(top, s)]
     best = top.mode
+    tie_note = None
     if objective.prefer_default_on_tie and default_mode in ties and default_mode != best:
         best = default_mode
-        notes.append(f"{top.mode} scores best but is within noise of the default {default_mode}")
+        tie_note = f"{top.mode} scores best but is within noise of the default {default_mode}"
     chosen = scores[best]
     others = [s for s in order_scores if s.mode != best]
     runner = others[0] if others else None
@@ -364,6 +366,7 @@ def rank(
         runner_up=runner.mode if runner else None,
         constraints_met=constraints_met,
         notes=notes,
+        tie_note=tie_note,
     )
 
 

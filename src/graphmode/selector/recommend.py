@@ -21,113 +21,49 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from graphmode.core.deployment import DeploymentConfig
 from graphmode.core.errors import ModelError, ObjectiveError, StaleModelError
 from graphmode.core.modes import compilation_config, parse_mode
 from graphmode.core.records import Fingerprint, ObservedFeatures
+from graphmode.selector.answer import (
+    FAR_RATIO,
+    NEAR_RATIO,
+    Confidence,
+    ConfidenceLevel,
+    FeatureSource,
+    Finding,
+    FindingKind,
+    ModePrediction,
+    Recommendation,
+    confidence_of,
+    margin_over,
+)
 from graphmode.selector.artifacts import load_artifact
-from graphmode.selector.capture import CaptureAnswer
 from graphmode.selector.card import ARTIFACT_FILE, ModelCard
 from graphmode.selector.deployments import with_auto_backend
 from graphmode.selector.describe import WorkloadDescription, describe_features
 from graphmode.selector.featurize import ARCH_FIELD, SHAPE_FEATURES, shape_key
 from graphmode.selector.frontend import frontend_note
 from graphmode.selector.model import SelectorModel, _design
-from graphmode.selector.noise import RaceNoise, noise_for
-from graphmode.selector.objective import METRICS, TIE_Z, Objective, make_objective, rank, relative_gain
+from graphmode.selector.noise import noise_for
+from graphmode.selector.objective import METRICS, Objective, Ranking, make_objective, rank, relative_gain
 from graphmode.selector.paired import PairedVerdict
+from graphmode.selector.region import race_command
 from graphmode.selector.registry import FingerprintMatch, match_card, select_model
 from graphmode.selector.specdecode import spec_decode_note
 from graphmode.selector.verdicts import RaceAnswer, race_decision
 
-FeatureSource = Literal["observed", "description", "server"]
-ConfidenceLevel = Literal["high", "medium", "low"]
-FAR_RATIO = 4.0  # distance to the nearest training workload, in typical training spacings, that is "far"
-NEAR_RATIO = 2.0
 SHAPE_CACHE = 64  # per-shape copies a recommender keeps (Recommender.for_shape)
 # What a target model contributes to its shape: the shape features, its identity, and its active parameters
 # (a mixture of experts runs a fraction of its weights; featurize.CONFIG_FEATURES).
 _TARGET_SHAPE_KEYS: tuple[str, ...] = (
     *(n for n, _ in SHAPE_FEATURES), ARCH_FIELD, "model_config_hash", "model_type", "num_active_params_b")
-
-
-class ModePrediction(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    mode: str
-    metrics: dict[str, float | None] = Field(description="predicted values, base units (s, tok/s, GiB, ...)")
-    objective_value: float | None
-    score: float | None = Field(description="objective value with memory/startup weights applied")
-    noise: float | None = Field(description="one standard deviation of the objective value (run-to-run)")
-    status: str = Field(description="ok | unverified | violates | unknown (constraints)")
-    violations: list[str] = Field(default_factory=list)
-    tied: bool = Field(description="within the noise of the chosen mode")
-
-
-class Confidence(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    level: ConfidenceLevel
-    margin_sigma: float | None = Field(
-        description="chosen vs runner-up score gap, in noise standard deviations"
-    )
-    runner_up: str | None
-    distance: float = Field(description="standardized distance to the nearest profiled workload")
-    distance_ratio: float | None = Field(
-        description="that distance over the typical spacing of profiled workloads"
-    )
-    in_distribution: bool
-    out_of_range: list[str] = Field(default_factory=list, description="features outside the profiled range")
-    imputed: list[str] = Field(
-        default_factory=list, description="features not given, filled with training medians"
-    )
-    reasons: list[str] = Field(default_factory=list)
-
-
-class Recommendation(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    mode: str
-    compilation_config: str = Field(description="JSON for vLLM's --compilation-config")
-    vllm_args: list[str]
-    objective: Objective
-    objective_description: str
-    predicted_value: float | None = Field(description="predicted objective metric of the chosen mode")
-    default_mode: str
-    gain_vs_default_pct: float | None = Field(
-        description="predicted improvement over vLLM's default on the objective's metric, %"
-    )
-    score_gain_vs_default_pct: float | None = Field(
-        None,
-        description="improvement of the weighted score (metric with the memory and start-up weights) "
-        "over the default's, %; equals gain_vs_default_pct when no weight is set",
-    )
-    gain_significant: bool = Field(
-        description="False when the default is within the noise of the chosen mode"
-    )
-    ties: list[str]
-    constraints_met: bool
-    predictions: list[ModePrediction]
-    confidence: Confidence
-    features: dict[str, float | None]
-    features_source: FeatureSource
-    model_id: str
-    fingerprint_keys: list[str]
-    fingerprint_match: str
-    synthetic_model: bool = False
-    race: RaceAnswer | None = Field(None, description="what the race verdicts decided (None: no race rounds)")
-    noise: RaceNoise | None = Field(
-        None, description="what a restart alone and the clock alone moved the objective's metric by on this shape")
-    warnings: list[str] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
-    elapsed_ms: float | None = None
-    capture: CaptureAnswer | None = Field(None, description="capture sizes for the observed steps (graphconfig)")
-
+__all__ = ["FAR_RATIO", "NEAR_RATIO", "Confidence", "ConfidenceLevel", "FeatureSource", "Finding", "Inputs",
+           "ModePrediction", "Recommendation", "Recommender"]
 
 Inputs = ObservedFeatures | WorkloadDescription | Mapping[str, Any]
 
@@ -160,6 +96,7 @@ class Recommender:
         self._const = model.const_regressor.compile()
         self._train_z = self.spec.standardize(model.train_x) if model.train_x.size else model.train_x
         self._const_cache: dict[str, list[dict[str, float | None]]] = {}
+        self._across: dict[Any, Any] = {}  # across-races intervals of this card's verdicts (race_decision's memo)
         self._shape_warning: str | None = None
         self._deployment_warning: str | None = None
         self._by_shape: dict[str, Recommender] = {}
@@ -357,25 +294,26 @@ class Recommender:
         better = "lower" if METRICS[metric].direction == "min" else "higher"
         return [v.mode for v in self._paired.get((shape_key(self._shape), metric), []) if v.verdict == better]
 
-    def _paired_notes(self, metric: str, best: str) -> list[str]:
-        """What the rounds measured on one host say against this answer (graphmode.selector.paired)."""
+    def _paired_notes(self, metric: str, best: str) -> tuple[list[str], list[str]]:
+        """What the rounds measured on one host say against this answer (graphmode.selector.paired): the notes
+        that a paired round would settle a tie the rule kept, and those where the default measured better."""
         if not self._shape or not self._paired:
-            return []
+            return [], []
         better = "lower" if METRICS[metric].direction == "min" else "higher"
-        out = []
+        settle, against = [], []
         for v in self._paired.get((shape_key(self._shape), metric), []):
             if v.mode != best and v.verdict == better and best == self.default_mode:
-                out.append(
+                settle.append(
                     f"paired inside rounds on one GPU for this model shape, {v.describe()}; the tie rule "
                     f"counts differences between hosts as noise and keeps {best}. A paired round of "
                     f"{v.mode} and {best} (graphmode profile --modes {v.mode},{best}) would settle it"
                 )
             elif v.mode == best and v.verdict != better:
-                out.append(
+                against.append(
                     f"paired inside rounds on one GPU for this model shape, {v.describe()}: inside one "
                     f"host the default measured better"
                 )
-        return out
+        return settle, against
 
     # ---------------------------------------------------------------- inputs
     def features_of(self, inputs: Inputs) -> tuple[dict[str, Any], FeatureSource]:
@@ -434,7 +372,11 @@ class Recommender:
     def recommend(
         self, inputs: Inputs, objective: Objective | str | None = None, *, source: FeatureSource | None = None
     ) -> Recommendation:
-        """The best mode for ``inputs`` under ``objective`` (default: the model's default objective)."""
+        """The best mode for ``inputs`` under ``objective`` (default: the model's default objective).
+
+        The race verdicts whose raced region holds the request choose the mode; the regressors fill the
+        predicted numbers and choose only where no verdict speaks to the objective's metric, and then never
+        a mode the races found worse on a latency metric (:meth:`_latency_worse`)."""
         t0 = time.perf_counter()
         obj = self._objective(objective)
         feats, src = self.features_of(inputs)
@@ -443,144 +385,176 @@ class Recommender:
         unmeasured = self._unmeasured_modes(table)
         for m in unmeasured:
             del table[m]
-        missing = obj.required_metrics() - set(self.metrics) - set(self.constants)
-        if obj.metric in missing:
-            raise ObjectiveError(
-                f"model {self.model_id} has no {obj.metric} (it knows: "
-                f"{', '.join(self.metrics + self.constants)})"
-            )
+        missing = self._check_objective(obj, table)
         cv = self.model.noise_cv.get(obj.metric)
-        noise = {
-            m: (None if cv is None or row.get(obj.metric) is None else cv * abs(row[obj.metric] or 0.0))
-            for m, row in table.items()
-        }
+        noise = {m: (None if cv is None or row.get(obj.metric) is None else cv * abs(row[obj.metric] or 0.0))
+                 for m, row in table.items()}
         ranking = rank(table, noise, obj, self.default_mode)
-        best = ranking.best
-        assert best is not None
+        findings: list[Finding] = []
+        race = self._race(obj, feats, ranking, table)
+        best = self._choose(obj, ranking, race, findings)
         warnings = list(self.match.warnings)
-        notes = list(ranking.notes)
         if missing:
             warnings.append("the model cannot check " + ", ".join(sorted(missing)))
-        if self._shape_warning:
-            warnings.append(self._shape_warning)
-        if self._deployment_warning:
-            warnings.append(self._deployment_warning)
-        if unmeasured:
-            notes.append("not measured on this model shape and configuration, so never chosen (its predictions would "
-                         "borrow other shapes'): " + ", ".join(unmeasured))
-        spec = self.card.shape_spec_decode.get(shape_key(self._shape)) if self._shape else None
-        if spec is not None:
-            rate = feats.get("spec_acceptance_rate")
-            notes.append(spec_decode_note(spec, float(rate) if isinstance(rate, int | float) else None))
-        notes += self._paired_notes(obj.metric, best)
-        # Race verdicts (paired rounds) decide where they exist; the tie rule above stands without them.
-        race = race_decision(
+        warnings += [w for w in (self._shape_warning, self._deployment_warning) if w]
+        if self.card.synthetic:
+            warnings.append("this model was trained on SYNTHETIC data: its numbers are not measurements")
+        findings += self._context_findings(obj, feats, best, unmeasured)
+        chosen = ranking.scores[best]
+        constraints_met = chosen.status == "ok"
+        if chosen.status == "violates":
+            findings.append(Finding(kind="constraints", text=f"{best} violates: " + "; ".join(chosen.violations)))
+        elif chosen.status == "unverified":
+            findings.append(Finding(kind="constraints", text="some constraints cannot be checked for the chosen "
+                                    "mode: " + ", ".join(chosen.unverified)))
+        dist = self.spec.distance(x, self._train_z) if self._train_z.size else 0.0
+        spacing = self.spec.nn_dist_median
+        ratio = dist / spacing if spacing > 0 else None
+        oor = self.spec.out_of_range(x)
+        margin, runner = margin_over({m: (s.score, s.noise) for m, s in ranking.scores.items()}, ranking.order,
+                                     best, obj.direction == "min")
+        conf = confidence_of(
+            margin=margin, runner=runner, dist=dist, ratio=ratio, oor=oor, imputed=imputed, best=best,
+            default_mode=self.default_mode, constraints_met=constraints_met, described=src == "description",
+            synthetic=self.card.synthetic, shape_unlike=bool(self._shape_warning and "unlike" in self._shape_warning),
+            deployment_unlike=bool(self._deployment_warning), fingerprint_differs=self.match.kind == "nearest",
+            other_gpu=self.match.other_gpu, outside_region=race is not None and race.basis == "outside")
+        if not conf.in_distribution:
+            warnings.append(
+                "the input is outside what was profiled ("
+                + ("; ".join([f"out of range: {', '.join(oor)}"] if oor else [])
+                   or f"{dist:.2f} from the nearest profiled workload, {ratio or 0:.1f}× the usual spacing")
+                + "): treat the answer as a guess and profile this traffic")
+        default_score = ranking.scores.get(self.default_mode)
+        # a mode the race found worse than the default on this metric is no tie, whatever the regressors say
+        ties = [m for m in ranking.ties if race is None or m not in race.worse]
+        if best not in ties:
+            ties = [best, *ties]
+        preds = [
+            ModePrediction(mode=m, metrics=table.get(m, {}), objective_value=s.value, score=s.score, noise=s.noise,
+                           status=s.status, violations=s.violations, tied=m in ties)
+            for m in [best, *[m for m in ranking.order if m != best]] if (s := ranking.scores[m]) is not None
+        ]
+        cc = compilation_config(parse_mode(best))
+        return Recommendation(
+            mode=best, compilation_config=cc, vllm_args=["--compilation-config", cc], objective=obj,
+            objective_description=obj.describe(), predicted_value=chosen.value, default_mode=self.default_mode,
+            gain_vs_default_pct=relative_gain(chosen.value, default_score.value if default_score else None,
+                                              obj.metric),
+            score_gain_vs_default_pct=relative_gain(chosen.score, default_score.score if default_score else None,
+                                                    obj.metric),
+            gain_significant=race is not None and race.basis == "better" and best == race.mode,
+            ties=ties, constraints_met=constraints_met, predictions=preds, confidence=conf,
+            features={k: feats.get(k) for k in ObservedFeatures.model_fields}, features_source=source or src,
+            model_id=self.model_id, fingerprint_keys=self.card.fingerprint_keys, fingerprint_match=self.match.kind,
+            synthetic_model=self.card.synthetic, race=race,
+            noise=noise_for(self.card.race_noise, shape_key(self._shape) if self._shape else "", obj.metric),
+            warnings=warnings, findings=findings, notes=[f.text for f in findings],
+            elapsed_ms=(time.perf_counter() - t0) * 1e3,
+        )
+
+    def _check_objective(self, obj: Objective, table: Mapping[str, Mapping[str, float | None]]) -> set[str]:
+        """The objective's metrics the model does not know; ObjectiveError when it cannot answer at all: its
+        metric unknown, or known by name but predicted for no mode (never measured, e.g. graph memory in a
+        model trained on races, which start engines side by side and read no graph pool)."""
+        known = self.metrics + self.constants
+        missing = obj.required_metrics() - set(known)
+        valued = [m for m in known if any(row.get(m) is not None for row in table.values())]
+        if obj.metric in missing:
+            raise ObjectiveError(f"model {self.model_id} has no {obj.metric} (it knows: {', '.join(valued)})")
+        if obj.metric not in valued:
+            info = self.card.metrics.get(obj.metric)
+            cells = info.measured_cells if info is not None else 0
+            raise ObjectiveError(
+                f"model {self.model_id} cannot answer for {obj.metric}: its data measured it in {cells} cells, so "
+                f"it predicts no value for any mode. Objectives it can answer: {', '.join(valued)}. A model "
+                f"trained on grid cells measures it (graphmode models lists each model's metrics; --model-id or "
+                f"--vllm-version picks one)")
+        return missing
+
+    def _race(self, obj: Objective, feats: Mapping[str, Any], ranking: Ranking,
+              table: Mapping[str, Mapping[str, float | None]]) -> RaceAnswer | None:
+        """What the race verdicts whose region holds the request decide (None: no verdicts for the shape)."""
+        if not self.card.race:
+            return None
+        return race_decision(
             self.card.race, shape_key(self._shape) if self._shape else "", obj.metric, feats, ranking.order,
             table, weighted=bool(obj.memory_weight or obj.startup_weight),
             allowed=[m for m, s in ranking.scores.items() if s is not None and s.status != "violates"],
             default_mode=self.default_mode, corroborated=self._paired_better(obj.metric),
             max_model_len=_int_or_none(self._shape.get("max_model_len") if self._shape else None),
             api_server_count=_int_or_none(self._shape.get("api_server_count") if self._shape else None),
-        ) if self.card.race else None
+            memo=self._across,
+        )
+
+    def _choose(self, obj: Objective, ranking: Ranking, race: RaceAnswer | None, findings: list[Finding]) -> str:
+        """The mode: the race's where its verdicts speak, else the regressors' best that the races never found
+        worse on a latency metric; *findings* gets the notes of whichever decided."""
+        best = ranking.best
+        assert best is not None
+        settle, against = self._paired_notes(obj.metric, best)
+        tie = ranking.tie_note
         if race is not None and race.mode in ranking.scores:
             if race.basis != "default" or best != self.default_mode:
-                # the verdicts overrule the tie rule: its "within noise" and the paired "would settle it"
-                # notes argued about the evidence the race has now weighed
-                notes = [n for n in notes if "within noise of the default" not in n and "would settle it" not in n]
-            else:  # a mode the race found worse is no near miss of the tie rule's
-                notes = [n for n in notes if not any(n.startswith(f"{m} scores best") for m in race.worse)]
+                # the verdicts overrule the tie rule: its "within noise" and the paired "would settle it" notes
+                # argued about the evidence the race has now weighed
+                tie, settle = None, []
+            elif ranking.top in race.worse:  # a mode the race found worse is no near miss of the tie rule's
+                tie = None
             best = race.mode
-            notes += race.notes
+        elif METRICS[obj.metric].unit == "s" and METRICS[obj.metric].direction == "min":
+            banned = self._latency_worse()
+            if best in banned:
+                best = next((m for m in ranking.order if m not in banned and ranking.scores[m].score is not None),
+                            self.default_mode)
+                tie = None
+                findings.append(Finding(kind="not_chosen", text=f"no race verdict on {obj.metric} for this shape; "
+                                        f"the regressors' pick is kept from modes the races found worse on a "
+                                        f"latency metric ({', '.join(sorted(banned))}): {best}"))
+        if tie:
+            findings.append(Finding(kind="tie_rule", text=tie))
+        findings += [Finding(kind="paired", text=t) for t in settle + against]
+        if race is not None:
+            kind: FindingKind = "outside_region" if race.basis == "outside" else "race"
+            findings += [Finding(kind=kind, text=n, outside=race.outside if kind == "outside_region" else [],
+                                 command=race.command if kind == "outside_region" else None) for n in race.notes]
+        return best
+
+    def _latency_worse(self) -> set[str]:
+        """Modes a pooled race verdict of this model found worse than the default on a latency metric, on any
+        shape (NONE and PIECEWISE on the dense FLASH_ATTN shapes)."""
+        return {v.mode for v in self.card.race if v.workload is None and v.verdict == "worse" and not v.runs_as
+                and v.mode != self.default_mode and v.metric in METRICS and METRICS[v.metric].unit == "s"}
+
+    def _context_findings(self, obj: Objective, feats: Mapping[str, Any], best: str,
+                          unmeasured: list[str]) -> list[Finding]:
+        """Notes that inform but do not decide: unmeasured modes, speculative decoding, noise, the frontend,
+        and whose GPU the evidence is."""
+        out: list[Finding] = []
+        if unmeasured:
+            out.append(Finding(kind="unmeasured", text="not measured on this model shape and configuration, so never "
+                               "chosen (its predictions would borrow other shapes'): " + ", ".join(unmeasured)))
+        spec = self.card.shape_spec_decode.get(shape_key(self._shape)) if self._shape else None
+        if spec is not None:
+            rate = feats.get("spec_acceptance_rate")
+            out.append(Finding(kind="spec_decode", text=spec_decode_note(
+                spec, float(rate) if isinstance(rate, int | float) else None)))
         spread = noise_for(self.card.race_noise, shape_key(self._shape) if self._shape else "", obj.metric)
         if spread is not None and spread.describe():
-            notes.append(f"noise on this model shape: {spread.describe()}")
+            out.append(Finding(kind="noise", text=f"noise on this model shape: {spread.describe()}"))
         frontend = frontend_note(feats.get("frontend_cpu_cores"))  # advice only: the mode stands
         if frontend:
-            notes.append(frontend)
-        if self.card.synthetic:
-            warnings.append("this model was trained on SYNTHETIC data: its numbers are not measurements")
-
-        dist = self.spec.distance(x, self._train_z) if self._train_z.size else 0.0
-        spacing = self.spec.nn_dist_median
-        ratio = dist / spacing if spacing > 0 else None
-        oor = self.spec.out_of_range(x)
-        conf = self._confidence(
-            ranking.margin_sigma,
-            ranking.runner_up,
-            dist,
-            ratio,
-            oor,
-            imputed,
-            best,
-            ranking.constraints_met,
-            src,
-        )
-        if not conf.in_distribution:
-            warnings.append(
-                "the input is outside what was profiled ("
-                + (
-                    "; ".join([f"out of range: {', '.join(oor)}"] if oor else [])
-                    or f"{dist:.2f} from the nearest profiled workload, {ratio or 0:.1f}× the usual spacing"
-                )
-                + "): treat the answer as a guess and profile this traffic"
-            )
-
-        chosen_score = ranking.scores[best].score
-        default_score = (
-            ranking.scores[self.default_mode].score if self.default_mode in ranking.scores else None
-        )
-        default_value = (
-            ranking.scores[self.default_mode].value if self.default_mode in ranking.scores else None
-        )
-        # The gain is on the metric the caller asked about; the weighted score's gain is reported apart.
-        gain = relative_gain(ranking.scores[best].value, default_value, obj.metric)
-        score_gain = relative_gain(chosen_score, default_score, obj.metric)
-        # a mode the race found worse than the default on this metric is no tie, whatever the regressors say
-        ties = [m for m in ranking.ties if race is None or m not in race.worse]
-        preds = [
-            ModePrediction(
-                mode=m,
-                metrics=table.get(m, {}),
-                objective_value=s.value,
-                score=s.score,
-                noise=s.noise,
-                status=s.status,
-                violations=s.violations,
-                tied=m in ties,
-            )
-            for m in ranking.order
-            if (s := ranking.scores[m]) is not None
-        ]
-        mode_enum = parse_mode(best)
-        cc = compilation_config(mode_enum)
-        return Recommendation(
-            mode=best,
-            compilation_config=cc,
-            vllm_args=["--compilation-config", cc],
-            objective=obj,
-            objective_description=obj.describe(),
-            predicted_value=ranking.scores[best].value,
-            default_mode=self.default_mode,
-            gain_vs_default_pct=gain,
-            score_gain_vs_default_pct=score_gain,
-            gain_significant=(race.basis == "better" and best == race.mode) if race is not None
-            else self.default_mode not in ranking.ties and best != self.default_mode,
-            ties=ties,
-            constraints_met=ranking.constraints_met,
-            predictions=preds,
-            confidence=conf,
-            features={k: feats.get(k) for k in ObservedFeatures.model_fields},
-            features_source=source or src,
-            model_id=self.model_id,
-            fingerprint_keys=self.card.fingerprint_keys,
-            fingerprint_match=self.match.kind,
-            synthetic_model=self.card.synthetic,
-            race=race,
-            noise=spread,
-            warnings=warnings,
-            notes=notes,
-            elapsed_ms=(time.perf_counter() - t0) * 1e3,
-        )
+            out.append(Finding(kind="frontend", text=frontend))
+        if self.match.other_gpu:
+            cmd = race_command(feats)
+            out.append(Finding(kind="other_gpu", command=cmd, text=(
+                f"the race verdicts and predictions are {self.match.other_gpu}'s, not this GPU's: the answer is "
+                f"that GPU's, at low confidence. To measure this GPU: {cmd}")))
+        if self.match.release_assumed:
+            out.append(Finding(kind="release_assumed", text=(
+                f"no vLLM release given: answered from the newest profiled release's model (vLLM "
+                f"{self.match.release_assumed}); pass --vllm-version for another")))
+        return out
 
     def _objective(self, objective: Objective | str | None) -> Objective:
         if objective is None:
@@ -588,56 +562,6 @@ class Recommender:
         if isinstance(objective, Objective):
             return objective
         return make_objective(objective)
-
-    def _confidence(
-        self,
-        margin: float | None,
-        runner: str | None,
-        dist: float,
-        ratio: float | None,
-        oor: list[str],
-        imputed: list[str],
-        best: str,
-        constraints_met: bool,
-        src: FeatureSource,
-    ) -> Confidence:
-        low, medium = [], []
-        if oor:
-            low.append(f"features outside the profiled range: {', '.join(oor)}")
-        if ratio is not None and ratio > FAR_RATIO:
-            low.append(f"far from every profiled workload ({ratio:.1f}× the usual spacing)")
-        elif ratio is not None and ratio > NEAR_RATIO:
-            medium.append(f"between profiled workloads ({ratio:.1f}× the usual spacing)")
-        if self._shape_warning and "unlike" in self._shape_warning:
-            low.append("model shape unlike the trained ones")
-        if self._deployment_warning:
-            low.append("deployment configuration unlike the trained ones")
-        if self.match.kind == "nearest":
-            medium.append("the model's fingerprint is not the target's")
-        if not constraints_met:
-            low.append("constraints not met by any mode")
-        if imputed:
-            (low if len(imputed) > 2 else medium).append(f"features imputed: {', '.join(imputed)}")
-        if margin is not None and 0 <= margin < TIE_Z and best != self.default_mode:
-            medium.append(f"runner-up {runner} is within {TIE_Z:g} noise standard deviations")
-        if self.card.synthetic:
-            low.append("synthetic training data")
-        if src == "description":
-            medium.append("features derived from a description, not observed")
-        level: ConfidenceLevel = "low" if low else "medium" if medium else "high"
-        in_dist = not oor and (ratio is None or ratio <= FAR_RATIO)
-        return Confidence(
-            level=level,
-            margin_sigma=None if margin is None or not math.isfinite(margin) else margin,
-            runner_up=runner,
-            distance=dist,
-            distance_ratio=ratio,
-            in_distribution=in_dist,
-            out_of_range=oor,
-            imputed=imputed,
-            reasons=low + medium,
-        )
-
 
 def _int_or_none(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None

@@ -53,6 +53,10 @@ class FingerprintMatch(BaseModel):
     unknown: list[str] = Field(default_factory=list, description="target parts not known, not compared")
     stale: bool = False
     warnings: list[str] = Field(default_factory=list)
+    other_gpu: str | None = Field(None, description="the model's GPU when the target names another: its verdicts "
+                                                    "were measured there, not on the target's")
+    release_assumed: str | None = Field(None, description="the model's release when the target names none: the "
+                                                          "newest profiled release answers")
 
 
 def default_models_dir() -> Path:
@@ -135,6 +139,7 @@ def match_card(c: ModelCard, target: Fingerprint | None) -> FingerprintMatch:
 
 def _match_one(model_id: str, fp: Fingerprint, t: Fingerprint) -> FingerprintMatch:
     score = 0.0
+    other_gpu: str | None = None
     diffs: list[str] = []
     unknown: list[str] = []
     stale: list[str] = []
@@ -144,6 +149,7 @@ def _match_one(model_id: str, fp: Fingerprint, t: Fingerprint) -> FingerprintMat
         score += 8
     else:
         diffs.append(f"GPU {t.gpu_name} vs model's {fp.gpu_name}")
+        other_gpu = fp.gpu_name or "an unknown GPU"
     if not t.vllm_version:
         unknown.append("vllm")
     elif t.vllm_version == fp.vllm_version:
@@ -161,10 +167,7 @@ def _match_one(model_id: str, fp: Fingerprint, t: Fingerprint) -> FingerprintMat
             score += 1
         if t.num_params_b and fp.num_params_b and 1 / 1.5 <= t.num_params_b / fp.num_params_b <= 1.5:
             score += 1
-        diffs.append(
-            f"model {t.model_architecture or '?'} ({_params(t)}) vs model's "
-            f"{fp.model_architecture or '?'} ({_params(fp)})"
-        )
+        diffs.append(_model_difference(t, fp))
     for name in ("driver_version", "cuda_version"):
         tv, fv = getattr(t, name), getattr(fp, name)
         if tv and fv and tv != fv:
@@ -185,7 +188,26 @@ def _match_one(model_id: str, fp: Fingerprint, t: Fingerprint) -> FingerprintMat
         unknown=unknown,
         stale=bool(diffs or stale),
         warnings=warnings,
+        other_gpu=other_gpu,
     )
+
+
+def _model_difference(t: Fingerprint, fp: Fingerprint) -> str:
+    """How the target's model differs from the model's: architecture and size, and when those read alike,
+    the config.json fields that change the computation (or that the configs differ, if one is unknown here)."""
+    from graphmode.core.fingerprint import config_differences
+
+    text = (f"model {t.model_architecture or '?'} ({_params(t)}) vs model's {fp.model_architecture or '?'} "
+            f"({_params(fp)})")
+    if t.model_architecture != fp.model_architecture:
+        return text
+    fields = config_differences(t.model_config_hash, fp.model_config_hash)
+    if fields:
+        return text + ": config.json differs in " + ", ".join(fields)
+    if _params(t) != _params(fp):
+        return text
+    return (text + f": config.json differs in a field that changes the computation (shape {t.model_config_hash} "
+            f"vs {fp.model_config_hash})")
 
 
 def _params(fp: Fingerprint) -> str:
@@ -214,19 +236,26 @@ def select_model(
         hint = ("; broken: " + "; ".join(broken)) if broken else ""
         raise ModelError(f"no trained model under {root}: run `graphmode train --dataset PATH`{hint}")
 
-    def key(e: ModelEntry) -> tuple[float, int, str]:
+    def key(e: ModelEntry) -> tuple[float, tuple[int, ...], int, str]:
+        # among equal matches the newest vLLM release answers (what users run), then the most rows
         assert e.card is not None
-        return (match_card(e.card, target).score, e.card.dataset.rows_used, e.card.created_at)
+        return (match_card(e.card, target).score, release_key(e.card.vllm_version), e.card.dataset.rows_used,
+                e.card.created_at)
 
     chosen = max(entries, key=key)
     assert chosen.card is not None
     m = match_card(chosen.card, target)
-    if m.kind == "unspecified" and len(entries) > 1:
-        m.warnings = [
-            f"target fingerprint unknown and {len(entries)} models exist: using {chosen.model_id} "
-            "(most rows, newest); pass --vllm-version or --server to pick by release, or --model-id"
-        ]
+    releases = {e.card.vllm_version for e in entries if e.card is not None and e.card.vllm_version}
+    if (target is None or not target.vllm_version) and len(releases) > 1:
+        m.release_assumed = chosen.card.vllm_version
+        # said once, as the answer's typed release_assumed note, not as a warning about an unknown target
+        m.warnings = [w for w in m.warnings if not w.startswith("target fingerprint unknown")]
     return chosen, m
+
+
+def release_key(version: str | None) -> tuple[int, ...]:
+    """A vLLM version as numbers for ordering (``0.33.0+cu130`` -> (0, 33, 0)); () when it has none."""
+    return tuple(int(p) for p in re.findall(r"\d+", (version or "").split("+")[0])[:3])
 
 
 def _server_base(url: str) -> str:

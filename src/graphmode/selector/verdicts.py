@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -65,11 +65,27 @@ from graphmode.profiling.race_rounds import (
 )
 from graphmode.profiling.race_sizes import is_sizes_row
 from graphmode.profiling.sequential import Decision, SequentialRule
+from graphmode.selector.across import (
+    MIN_OTHER_RACES,
+    AcrossRaces,
+    VerdictKind,
+    across_aa_arms,
+    across_races,
+)
 from graphmode.selector.featurize import shape_key, shape_of_row
+from graphmode.selector.region import (
+    REGION_FEATURES,
+    OutsideRegion,
+    log_distance,
+    outside_region,
+    pooled_disagrees,
+    race_command,
+    region_span,
+)
 
-VerdictKind = Literal["better", "worse", "equivalent", "undecided"]
-# features that place a request near a raced workload (log scale; what a description and /metrics both give)
-REGION_FEATURES: tuple[str, ...] = ("arrival_rate", "mean_input_tokens", "mean_output_tokens", "concurrency_mean")
+__all__ = ["MIN_OTHER_RACES", "REGION_FEATURES", "AcrossRaces", "OutsideRegion", "RaceAnswer", "RaceVerdict",
+           "VerdictKind", "across_aa_arms", "across_races", "race_command", "race_decision", "race_verdicts"]
+
 
 
 class RaceVerdict(BaseModel):
@@ -90,6 +106,10 @@ class RaceVerdict(BaseModel):
     confidence: float
     why: str = ""
     features: dict[str, float] = Field(default_factory=dict, description="region: the default's observed features")
+    span: dict[str, tuple[float, float]] = Field(
+        default_factory=dict, description="the measured region: per region feature, the lowest and highest the "
+        "default's engine observed over the verdict's rounds (pooled: every workload's); with max_model_len, "
+        "api_servers and the shape key's configuration (max_num_seqs, backend, ...) it says where it holds")
     starts: int = Field(1, ge=1, description="engine starts behind the verdict's rounds (the fewer of mode and "
                                                "default)")
     runs_as: str | None = Field(None, description="the mode vLLM ran for this arm when it is not the one asked "
@@ -97,6 +117,9 @@ class RaceVerdict(BaseModel):
     ratio_all: float | None = Field(None, description="geometric mean of mode / default over every round, also "
                                                       "those after the verdict's first crossing")
     rounds_all: int | None = Field(None, description="the rounds behind ratio_all")
+    lo_all: float | None = Field(None, description="the confidence interval of ratio_all over every round (t over "
+                                                   "the rounds; one engine start each: mode plus starts)")
+    hi_all: float | None = None
     reads: VerdictKind | None = Field(None, description="an undecided verdict held back only by its engine "
                                                         "starts (two start blocks, no A/A arm): what its "
                                                         "interval over the rounds reads")
@@ -129,9 +152,25 @@ class RaceVerdict(BaseModel):
             where += f" with {self.api_servers} API servers"
         if self.ratio is None:
             return f"{self.mode} {self.verdict} on {self.metric}{where} ({self.why})"
-        ci = f", {self.confidence:.0%} interval {self.lo:.3f}–{self.hi:.3f}" if self.lo is not None else ""
-        return (f"{self.mode}'s {self.metric} is {self.ratio:.3f}× the default's{where} over {self.rounds} "
-                f"paired rounds{ci}: {self.verdict} (δ {self.delta:g})")
+        # the effect size is over every round of the race: a sequential rule stops on rounds that ran extreme
+        n_all = self.rounds_all or self.rounds
+        if self.ratio_all is not None and self.lo_all is not None and self.hi_all is not None:
+            size = (f"{self.ratio_all:.3f}× the default's{where} over all {n_all} paired rounds, "
+                    f"{self.confidence:.0%} interval {self.lo_all:.3f}–{self.hi_all:.3f}")
+        elif self.ratio_all is not None:  # a card trained before the interval over all rounds was stored
+            size = f"{self.ratio_all:.3f}× the default's{where} over all {n_all} paired rounds (no interval stored)"
+        else:
+            ci = f", {self.confidence:.0%} interval {self.lo:.3f}–{self.hi:.3f}" if self.lo is not None else ""
+            size = f"{self.ratio:.3f}× the default's{where} over {self.rounds} paired rounds{ci}"
+        when = f" at round {self.rounds}" if self.verdict != "undecided" and n_all != self.rounds else ""
+        one = ", one engine start each" if self.starts < 2 else ""
+        return f"{self.mode}'s {self.metric} is {size}: {self.verdict}{when} (δ {self.delta:g}{one})"
+
+
+# The rule the selector's verdicts take: the race's δ and confidence, with the confidence spent over the looks
+# (graphmode.profiling.sequential.look_confidence), so a "better" has its stated error rate however many rounds
+# the race looked at.
+SPENDING_RULE = SequentialRule(spend=True)
 
 
 def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = SequentialRule(),
@@ -176,6 +215,10 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = Sequ
                     if isinstance(v, int | float) and math.isfinite(v) and v > 0:
                         feats[str(r["workload"])][f].append(float(v))
         centre = _centre({f: float(sum(xs) / len(xs)) for f, xs in by_f.items() if xs} for by_f in feats.values())
+        spans = {w: {f: (min(xs), max(xs)) for f, xs in by_f.items() if xs} for w, by_f in feats.items()}
+        pool_span = {f: (min(sp[f][0] for sp in spans.values() if f in sp),
+                         max(sp[f][1] for sp in spans.values() if f in sp))
+                     for f in {f for sp in spans.values() for f in sp}}
         for arm in table.arms():
             if arm == DEFAULT_ARM:
                 continue
@@ -185,18 +228,20 @@ def race_verdicts(rows: Iterable[Mapping[str, Any]], rule: SequentialRule = Sequ
                 and next(iter(ran[arm])) != arm else None
             for metric, d in v.pooled.items():
                 out.append(_verdict(shape, arm, metric, None, d, rule, centre, runs_as,
-                                    _all_rounds(table.blocked(arm, metric)[0]), length, servers))
+                                    _all_rounds(table.blocked(arm, metric)[0], rule.confidence), length, servers,
+                                    pool_span))
             for (metric, workload), d in sorted(v.by_workload.items()):
                 if d.n:
                     region = {f: float(sum(xs) / len(xs)) for f, xs in feats[workload].items() if xs}
                     out.append(_verdict(shape, arm, metric, workload, d, rule, region, runs_as,
-                                        _all_rounds(table.blocked(arm, metric, workload)[0]), length, servers))
+                                        _all_rounds(table.blocked(arm, metric, workload)[0], rule.confidence), length,
+                                        servers, spans.get(workload, {})))
     return out
 
 
 def _centre(regions: Iterable[Mapping[str, float]]) -> dict[str, float]:
     """Where a pool of workloads sits: per feature, the geometric mean over its workloads (distances are in
-    log space, :func:`_log_distance`)."""
+    log space, :func:`graphmode.selector.region.log_distance`)."""
     logs: dict[str, list[float]] = defaultdict(list)
     for region in regions:
         for f, x in region.items():
@@ -205,22 +250,31 @@ def _centre(regions: Iterable[Mapping[str, float]]) -> dict[str, float]:
     return {f: math.exp(sum(ys) / len(ys)) for f, ys in logs.items() if ys}
 
 
-def _all_rounds(log_ratios: Sequence[float]) -> tuple[float | None, int]:
-    """The geometric mean ratio over every round and their number: a verdict's own ratio stops at its first
-    crossing, which a sequential rule reaches sooner on rounds that happened to run extreme."""
+def _all_rounds(log_ratios: Sequence[float], confidence: float = 0.95) -> AllRounds:
+    """The geometric mean ratio over every round, their number and the t interval over them: a verdict's own
+    ratio stops at its first crossing, which a sequential rule reaches sooner on rounds that ran extreme."""
+    from graphmode.profiling.sequential import interval
+
     ys = [y for y in log_ratios if math.isfinite(y)]
-    return (math.exp(sum(ys) / len(ys)) if ys else None), len(ys)
+    if len(ys) < 2:
+        return (math.exp(ys[0]) if ys else None), len(ys), None, None
+    mean, lo, hi = interval(ys, confidence)
+    return math.exp(mean), len(ys), math.exp(lo), math.exp(hi)
+
+
+AllRounds = tuple[float | None, int, float | None, float | None]
 
 
 def _verdict(shape: str, arm: str, metric: str, workload: str | None, d: Decision, rule: SequentialRule,
              features: dict[str, float], runs_as: str | None = None,
-             all_rounds: tuple[float | None, int] = (None, 0), max_model_len: int | None = None,
-             servers: int | None = None) -> RaceVerdict:
+             all_rounds: AllRounds = (None, 0, None, None), max_model_len: int | None = None,
+             servers: int | None = None, span: dict[str, tuple[float, float]] | None = None) -> RaceVerdict:
     # starts behind the verdict: the rounds up to its first crossing (the fewer of the mode's and the default's)
     return RaceVerdict(shape=shape, mode=arm, metric=metric, workload=workload, verdict=d.verdict, rounds=d.n,
                        ratio=d.ratio, lo=d.lo, hi=d.hi, delta=rule.delta, confidence=rule.confidence, why=d.why,
                        features=features, starts=max(1, d.starts), runs_as=runs_as, ratio_all=all_rounds[0],
-                       rounds_all=all_rounds[1] or None, reads=d.reads, max_model_len=max_model_len,
+                       rounds_all=all_rounds[1] or None, lo_all=all_rounds[2], hi_all=all_rounds[3],
+                       reads=d.reads, max_model_len=max_model_len, span=span or {},
                        api_servers=servers)
 
 
@@ -241,9 +295,14 @@ class RaceAnswer(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: str = Field(description="the mode the verdicts choose")
-    basis: Literal["better", "equivalent", "default"] = Field(
+    basis: Literal["better", "equivalent", "default", "outside"] = Field(
         description="better: a mode beat the default by more than δ; equivalent: an equivalent mode taken for "
-                    "the objective's memory/start-up weights; default: nothing beat the default")
+                    "the objective's memory/start-up weights; default: nothing beat the default; outside: the "
+                    "request lies outside every raced region of this shape, so vLLM's default")
+    outside: list[OutsideRegion] = Field(default_factory=list, description="the dimensions of the request outside "
+                                                                           "the nearest raced region (basis outside)")
+    command: str | None = Field(None, description="basis outside: the graphmode profile --race command (grid "
+                                                  "included) that would measure the request's region")
     metric: str
     region: str | None = Field(None, description="the raced workload whose verdicts applied, if not the pooled ones")
     verdict: RaceVerdict | None = Field(None, description="the chosen mode's verdict (rounds, ratio, interval)")
@@ -251,85 +310,6 @@ class RaceAnswer(BaseModel):
     worse: list[str] = Field(default_factory=list, description="never recommended for this metric")
     undecided: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
-
-
-# Fewer other races than this and their interval is too wide to tell a mode's effect from the starts'.
-MIN_OTHER_RACES = 3
-
-
-class AcrossRaces(BaseModel):
-    """One mode against the default on one metric over several races (each its own engine starts)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mode: str
-    metric: str
-    verdict: VerdictKind
-    races: int
-    ratio: float = Field(description="geometric mean over the races of each race's ratio over all its rounds")
-    lo: float
-    hi: float
-    confidence: float
-    delta: float
-    shapes: list[str] = Field(default_factory=list)
-
-    def describe(self) -> str:
-        return (f"{self.mode}'s {self.metric} is {self.ratio:.3f}× the default's over {self.races} other "
-                f"races (their own engine starts and configurations), {self.confidence:.0%} interval "
-                f"{self.lo:.3f}–{self.hi:.3f} (t on the races' log ratios): {self.verdict} (δ {self.delta:g})")
-
-
-def across_races(verdicts: Sequence[RaceVerdict], mode: str, metric: str, *, exclude_shape: str | None = None,
-                 delta: float = 0.03, confidence: float = 0.95,
-                 min_races: int = MIN_OTHER_RACES) -> AcrossRaces | None:
-    """*mode* against the default on *metric* over the races of *verdicts* (one per shape, the pooled verdict),
-    but *exclude_shape*'s; None with fewer than *min_races*. A/A arms and arms vLLM ran as another mode are
-    not the mode and are left out. Each race's sample is its ratio over every round (``ratio_all``), not the
-    verdict's ratio at its first crossing, which a sequential rule reaches sooner on extreme rounds."""
-    picked = sorted(((v.shape, r) for v in verdicts
-                     if v.mode == mode and v.metric == metric and v.workload is None and not v.runs_as
-                     and v.shape != exclude_shape and (r := _race_ratio(v)) is not None),
-                    key=lambda sv: sv[0])
-    return _across(picked, mode, metric, delta, confidence, min_races)
-
-
-def _race_ratio(v: RaceVerdict) -> float | None:
-    """A race's one sample: its ratio over every round (a verdict's own ratio stops at its first crossing)."""
-    r = v.ratio_all if v.ratio_all is not None else v.ratio
-    return r if r is not None and r > 0 else None
-
-
-def across_aa_arms(verdicts: Sequence[RaceVerdict], metric: str, *, default_mode: str = DEFAULT_MODE.value,
-                   delta: float = 0.03, confidence: float = 0.95,
-                   min_races: int = MIN_OTHER_RACES) -> AcrossRaces | None:
-    """The control of :func:`across_races`: the same interval over the races' A/A arms (CONTROL, and arms vLLM
-    ran as the default's mode), where the truth is 1. It should not read "better" or "worse"."""
-    picked = sorted(((v.shape, r) for v in verdicts
-                     if (v.mode == CONTROL_ARM or v.runs_as == default_mode) and v.metric == metric
-                     and v.workload is None and (r := _race_ratio(v)) is not None), key=lambda sv: sv[0])
-    return _across(picked, CONTROL_ARM, metric, delta, confidence, min_races)
-
-
-def _across(picked: Sequence[tuple[str, float]], mode: str, metric: str, delta: float, confidence: float,
-            min_races: int) -> AcrossRaces | None:
-    from graphmode.profiling.sequential import interval
-
-    if len(picked) < max(min_races, 2):
-        return None
-    mean, lo, hi = interval([math.log(r) for _, r in picked], confidence)
-    up, down = math.log1p(delta), math.log1p(-delta)
-    kind: VerdictKind = ("better" if hi < down else "worse" if lo > up
-                         else "equivalent" if -up <= lo and hi <= up else "undecided")
-    return AcrossRaces(mode=mode, metric=metric, verdict=kind, races=len(picked), ratio=math.exp(mean),
-                       lo=math.exp(lo), hi=math.exp(hi), confidence=confidence, delta=delta,
-                       shapes=[sh for sh, _ in picked])
-
-
-def _log_distance(a: Mapping[str, float], b: Mapping[str, Any]) -> float | None:
-    common = [f for f in REGION_FEATURES if f in a and isinstance(b.get(f), int | float) and (b.get(f) or 0) > 0]
-    if not common:
-        return None
-    return math.sqrt(sum(math.log(a[f] / float(b[f])) ** 2 for f in common) / len(common))
 
 
 def _pick_servers(mine: Sequence[RaceVerdict], api_server_count: int | None, notes: list[str]) -> int | None:
@@ -361,7 +341,7 @@ def _pick_pool(mine: Sequence[RaceVerdict], features: Mapping[str, Any], max_mod
     if len(lengths) < 2:
         return lengths[0] if lengths else None
     centres = {v.max_model_len: v.features for v in pooled if v.features}
-    dists = {n: d for n in lengths if n in centres and (d := _log_distance(centres[n], features)) is not None}
+    dists = {n: d for n in lengths if n in centres and (d := log_distance(centres[n], features)) is not None}
     if len(dists) == len(lengths):
         pick, why = min(lengths, key=lambda n: dists[n]), "its raced workloads sit nearest the request's"
     elif max_model_len in lengths:
@@ -393,6 +373,7 @@ def race_decision(
     corroborated: Iterable[str] = (),
     max_model_len: int | None = None,
     api_server_count: int | None = None,
+    memo: dict[tuple[str, str, str, float, float], AcrossRaces | None] | None = None,
 ) -> RaceAnswer | None:
     """The race's answer for (*shape*, *metric*) and a request's *features*; None without race verdicts.
 
@@ -406,13 +387,34 @@ def race_decision(
     Where the shape was raced at several ``--max-model-len`` (pools), the pool whose workloads sit nearest
     the request's *features* answers, else the one at the deployment's *max_model_len*, else the largest.
     Races with another number of API servers (*api_server_count*) are left out first, unless the
-    deployment's count was never raced (then the nearest count answers).
+    deployment's count was never raced (then the nearest count answers). *memo* keeps the across-races
+    intervals between calls on the same *verdicts* (a recommender answers many requests from one card).
     """
     mine = [v for v in verdicts if v.shape == shape and v.metric == metric and v.mode != CONTROL_ARM]
     notes: list[str] = []
+    cache = memo if memo is not None else {}
+
+    def across(mode: str, delta: float, confidence: float) -> AcrossRaces | None:
+        key = (mode, metric, shape, delta, confidence)
+        if key not in cache:
+            cache[key] = across_races(verdicts, mode, metric, exclude_shape=shape, delta=delta, confidence=confidence)
+        return cache[key]
+
+    if not mine and any(v.metric == metric and v.workload is None for v in verdicts):
+        # the model races this metric, but never this shape and configuration: no raced region holds the request
+        cmd = race_command(features)
+        notes.append(f"outside every raced region: this model shape and configuration ({shape or 'unknown'}) was "
+                     f"never raced on {metric}, so vLLM's default ({default_mode}) stands; to measure it: {cmd}")
+        return RaceAnswer(mode=default_mode, basis="outside", metric=metric, command=cmd, notes=notes)
     servers = _pick_servers(mine, api_server_count, notes)
     mine = [v for v in mine if v.api_servers == servers]
+    holding, outside = _holding_pools(mine, features, metric, default_mode, notes)
+    if outside is not None:
+        return outside
     length = _pick_pool(mine, features, max_model_len, notes)
+    if holding and length not in holding:  # the nearest centre's region does not reach the request; another does
+        length = min(holding, key=lambda n: n or 0)
+        notes.append(f"race: the races at max_model_len={length} answer: their raced region holds the request")
     mine = [v for v in mine if v.max_model_len == length]
     # an arm vLLM ran as another mode measured that mode: it is neither evidence for nor a candidate of its name
     downgraded = sorted({(v.mode, v.runs_as) for v in mine if v.runs_as})
@@ -425,70 +427,29 @@ def race_decision(
         return None
     ok = set(allowed) if allowed is not None else None
     chosen: dict[str, RaceVerdict] = dict(pooled)
-    region: str | None = None
     regions = [v for v in mine if v.workload is not None and v.features]
-    if regions and any(v.verdict == "undecided" for v in pooled.values()):
-        dists = {v.workload: d for v in regions if (d := _log_distance(v.features, features)) is not None}
-        if dists:
-            region = min(dists, key=lambda w: dists[w])
-            for v in regions:
-                if v.workload == region and pooled.get(v.mode) is not None and \
-                        pooled[v.mode].verdict == "undecided" and v.verdict != "undecided":
-                    chosen[v.mode] = v
-                    notes.append(f"pooled verdict open for {v.mode}; on the nearest raced workload: {v.describe()}")
+    region = _open_pooled(pooled, regions, features, chosen, notes)
+    region = pooled_disagrees(pooled, regions, features, chosen, notes) or region
     if not any(v.workload == region for v in chosen.values()):
         region = None
-    backed = set(corroborated)
-    support: dict[str, AcrossRaces] = {}
-    better = []
-    held: set[str] = set()  # undecided only for want of a measured start effect, acted on like one start
-    for v in sorted(chosen.values(), key=lambda v: (v.ratio or 1.0)):
-        starts_only = v.verdict == "undecided" and v.reads == "better"
-        if (v.verdict != "better" and not starts_only) or (ok is not None and v.mode not in ok):
-            continue
-        if (v.starts >= 2 and not starts_only) or v.mode in backed:
-            better.append(v)
-            continue
-        others = across_races(verdicts, v.mode, metric, exclude_shape=shape, delta=v.delta,
-                              confidence=v.confidence)
-        if others is not None and others.verdict == "better":
-            better.append(v)
-            support[v.mode] = others
-            if starts_only:
-                held.add(v.mode)
-            continue
-        if starts_only:
-            notes.append(f"race: {v.describe()}; over its {v.starts} engine starts of each side the interval reads "
-                         "better, but no A/A arm measured the start effect and no other paired comparison "
-                         "agrees: an A/A arm (--control) would decide it")
-            continue
-        aa = next((a for a in verdicts if a.pool == (shape, length, servers) and a.metric == metric
-                   and a.workload is None and a.ratio is not None
-                   and (a.mode == CONTROL_ARM or a.runs_as == default_mode)), None)
-        spread = f"; this shape's A/A arm put two starts of the default {aa.ratio:.2f}× apart" if aa else ""
-        notes.append(f"race: {v.describe()}, but from one engine start each and no other paired comparison "
-                     f"agrees{spread}: not acted on until a second start does")
+    aa = next((a for a in verdicts if a.pool == (shape, length, servers) and a.metric == metric
+               and a.workload is None and a.ratio is not None
+               and (a.mode == CONTROL_ARM or a.runs_as == default_mode)), None)
+    better, support, held = _acted_on(chosen, ok, set(corroborated), across, aa, notes)
     worse = sorted(m for m, v in chosen.items() if v.verdict == "worse")
     undecided = sorted(m for m, v in chosen.items() if v.verdict == "undecided" and m not in held)
-    for m in undecided:
-        v = chosen[m]
-        if v.reads is not None:  # held back by its starts, not its rounds: said above
-            continue
-        others = across_races(verdicts, m, metric, exclude_shape=shape, delta=v.delta, confidence=v.confidence)
-        if others is not None and others.verdict == "better" and (v.ratio or 1.0) < 1.0 \
-                and (ok is None or m in ok):
-            notes.append(f"race: {v.describe()}, while {others.describe()}: more rounds of this race "
-                         "(a larger --budget-min; the race resumes) would likely settle it")
-    base = constants.get(default_mode, {})
-    equivalent = []
-    for m, v in sorted(chosen.items()):
-        if v.verdict != "equivalent":
-            continue
-        mc = constants.get(m, {})
-        equivalent.append(EquivalentMode(
-            mode=m, ratio=v.ratio, interval=(v.lo, v.hi) if v.lo is not None and v.hi is not None else None,
-            rounds=v.rounds, saves_graph_gib=_saving(base.get("graph_gib"), mc.get("graph_gib")),
-            saves_startup_s=_saving(base.get("startup_s"), mc.get("startup_s"))))
+    notes += _likely_to_settle([chosen[m] for m in undecided], ok, across)
+    equivalent = _equivalents(chosen, constants, default_mode)
+    return _conclude(chosen, better, support, held, equivalent, worse, undecided, region, metric, order, ok,
+                     weighted, default_mode, notes)
+
+
+def _conclude(chosen: Mapping[str, RaceVerdict], better: Sequence[RaceVerdict], support: Mapping[str, AcrossRaces],
+              held: set[str], equivalent: list[EquivalentMode], worse: list[str], undecided: list[str],
+              region: str | None, metric: str, order: Sequence[str], ok: set[str] | None, weighted: bool,
+              default_mode: str, notes: list[str]) -> RaceAnswer:
+    """The race's answer: the best acted-on "better" mode, else the default (or, for an objective that charges
+    memory or start-up, an equivalent mode the ranking prefers), with the notes that say why."""
     if worse:
         notes.append(f"race: never recommended for {metric} (worse than the default by more than δ): "
                      + ", ".join(worse))
@@ -517,6 +478,109 @@ def race_decision(
     return RaceAnswer(mode=mode, basis=basis, metric=metric, region=region,
                       verdict=chosen.get(mode), equivalent=equivalent, worse=worse, undecided=undecided,
                       notes=notes)
+
+
+def _acted_on(chosen: Mapping[str, RaceVerdict], ok: set[str] | None, backed: set[str],
+              across: Callable[[str, float, float], AcrossRaces | None], aa: RaceVerdict | None,
+              notes: list[str]) -> tuple[list[RaceVerdict], dict[str, AcrossRaces], set[str]]:
+    """The "better" verdicts the selector may act on, best first: two starts or more of each side, or one
+    start that an independent comparison (*backed*: paired campaign rounds; *across*: the other races) agrees
+    with; the other races' intervals that did; and the modes held only by their starts. A one-start "better"
+    that nothing corroborates is noted (with the shape's A/A arm *aa*, if any) and not acted on."""
+    support: dict[str, AcrossRaces] = {}
+    better = []
+    held: set[str] = set()  # undecided only for want of a measured start effect, acted on like one start
+    for v in sorted(chosen.values(), key=lambda v: (v.ratio or 1.0)):
+        starts_only = v.verdict == "undecided" and v.reads == "better"
+        if (v.verdict != "better" and not starts_only) or (ok is not None and v.mode not in ok):
+            continue
+        if (v.starts >= 2 and not starts_only) or v.mode in backed:
+            better.append(v)
+            continue
+        others = across(v.mode, v.delta, v.confidence)
+        if others is not None and others.verdict == "better":
+            better.append(v)
+            support[v.mode] = others
+            if starts_only:
+                held.add(v.mode)
+            continue
+        if starts_only:
+            notes.append(f"race: {v.describe()}; over its {v.starts} engine starts of each side the interval reads "
+                         "better, but no A/A arm measured the start effect and no other paired comparison "
+                         "agrees: an A/A arm (--control) would decide it")
+            continue
+        spread = f"; this shape's A/A arm put two starts of the default {aa.ratio:.2f}× apart" if aa else ""
+        notes.append(f"race: {v.describe()}, but from one engine start each and no other paired comparison "
+                     f"agrees{spread}: not acted on until a second start does")
+    return better, support, held
+
+
+def _likely_to_settle(undecided: Sequence[RaceVerdict], ok: set[str] | None,
+                      across: Callable[[str, float, float], AcrossRaces | None]) -> list[str]:
+    """Notes for the open verdicts that read better while the other races are better by δ: more rounds of
+    this race would likely settle them."""
+    out = []
+    for v in undecided:
+        if v.reads is not None:  # held back by its starts, not its rounds: said where it was held
+            continue
+        others = across(v.mode, v.delta, v.confidence)
+        if others is not None and others.verdict == "better" and (v.ratio or 1.0) < 1.0 \
+                and (ok is None or v.mode in ok):
+            out.append(f"race: {v.describe()}, while {others.describe()}: more rounds of this race "
+                       "(a larger --budget-min; the race resumes) would likely settle it")
+    return out
+
+
+def _holding_pools(mine: Sequence[RaceVerdict], features: Mapping[str, Any], metric: str, default_mode: str,
+                   notes: list[str]) -> tuple[list[int | None], RaceAnswer | None]:
+    """The pools (max_model_len) whose raced region holds the request and, when none does, the answer: vLLM's
+    default with the dimensions outside the nearest pool's region and the command that would race it."""
+    spans = {n: region_span(v for v in mine if v.max_model_len == n) for n in {v.max_model_len for v in mine}}
+    away = {n: outside_region(span, features) for n, span in spans.items()}
+    holding = [n for n, out in away.items() if not out]
+    if not away or holding:
+        return holding, None
+    nearest = min(away, key=lambda n: sum(math.log(o.factor) for o in away[n]))
+    out = away[nearest]
+    cmd = race_command(features, out)
+    notes.append("outside every raced region of this shape and configuration: " + "; ".join(
+        o.describe() for o in out) + f". vLLM's default ({default_mode}) stands; to measure this region: {cmd}")
+    return holding, RaceAnswer(mode=default_mode, basis="outside", metric=metric, outside=out, command=cmd,
+                               notes=notes)
+
+
+def _open_pooled(pooled: Mapping[str, RaceVerdict], regions: Sequence[RaceVerdict], features: Mapping[str, Any],
+                 chosen: dict[str, RaceVerdict], notes: list[str]) -> str | None:
+    """Where a pooled verdict is open, the nearest raced workload's decided verdict answers for that mode
+    (*chosen* is updated); that workload's name, if any."""
+    if not regions or not any(v.verdict == "undecided" for v in pooled.values()):
+        return None
+    dists = {v.workload: d for v in regions if (d := log_distance(v.features, features)) is not None}
+    if not dists:
+        return None
+    region = min(dists, key=lambda w: dists[w])
+    for v in regions:
+        if v.workload == region and pooled.get(v.mode) is not None and \
+                pooled[v.mode].verdict == "undecided" and v.verdict != "undecided":
+            chosen[v.mode] = v
+            notes.append(f"pooled verdict open for {v.mode}; on the nearest raced workload: {v.describe()}")
+    return region
+
+
+def _equivalents(chosen: Mapping[str, RaceVerdict], constants: Mapping[str, Mapping[str, float | None]],
+                 default_mode: str) -> list[EquivalentMode]:
+    """The modes equivalent to the default, with what each saves against it."""
+    base = constants.get(default_mode, {})
+    out = []
+    for m, v in sorted(chosen.items()):
+        if v.verdict != "equivalent":
+            continue
+        mc = constants.get(m, {})
+        out.append(EquivalentMode(
+            mode=m, ratio=v.ratio, interval=(v.lo, v.hi) if v.lo is not None and v.hi is not None else None,
+            rounds=v.rounds, saves_graph_gib=_saving(base.get("graph_gib"), mc.get("graph_gib")),
+            saves_startup_s=_saving(base.get("startup_s"), mc.get("startup_s"))))
+    return out
 
 
 def _savings(gib: float | None, startup_s: float | None) -> str:

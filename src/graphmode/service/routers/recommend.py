@@ -27,6 +27,7 @@ from fastapi import APIRouter, HTTPException, Response
 
 from graphmode.core.errors import ObjectiveError, ScrapeError
 from graphmode.core.records import ObservedFeatures
+from graphmode.selector.decide import Request, decide
 from graphmode.selector.recommend import FeatureSource, Recommender
 from graphmode.service.deps import CredentialsDep, StateDep, pick_for_server, pick_recommender, token_valid
 from graphmode.service.schemas import TRAFFIC_FEATURES, RecommendRequest, RecommendResponse
@@ -230,12 +231,6 @@ def answer(
         if observed is not None and _picks_by_server(state, body):
             unread = (f"the server's vLLM version could not be read (GET /version): the default model "
                       f"{rec.model_id} answered, chosen for this service's own fingerprint")
-    shape = body.served_shape()
-    if shape is not None:
-        rec = rec.for_shape(shape)
-    deployment = body.deployment()
-    if deployment is not None:
-        rec = rec.for_deployment(deployment)
     try:
         objective = state.objective(body.objective, rec) if body.objective is not None else None
     except ObjectiveError as exc:
@@ -243,8 +238,12 @@ def answer(
     inputs: Any = body.features or body.workload or observed
     source: FeatureSource | None = "server" if observed is not None else None
     t0 = time.perf_counter()
+    served = body.served_model_config.as_dict() if body.served_model_config is not None else None
+    request = Request(inputs=inputs, objective=objective, source=source, vllm_args=body.vllm_args,
+                      served_config=served, deployment=body.deployment(), env={}, step_sizes=body.step_sizes,
+                      budget=body.capture_budget)
     try:
-        result = rec.recommend(inputs, objective, source=source)
+        result = decide(rec, request)
     except ObjectiveError as exc:
         far = _far_out(rec, inputs)
         if far:  # the estimators predict nothing usable that far out: say why, about the input
@@ -260,13 +259,6 @@ def answer(
                 ],
             ) from None
         raise _objective_error(exc) from None
-    if body.step_sizes is not None or body.vllm_args is not None or body.workload is not None:
-        from graphmode.selector.graphconfig import complete
-
-        result = complete(result, step_sizes=body.step_sizes, vllm_args=body.vllm_args or [],
-                          served_config=body.served_model_config.as_dict() if body.served_model_config else None,
-                          budget=body.capture_budget,
-                          model_folder=rec.folder, env={}, description=body.workload)
     if unread is not None:
         result.warnings.append(unread)
     elif server_vllm is not None and _picks_by_server(state, body):
