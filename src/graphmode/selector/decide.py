@@ -57,7 +57,8 @@ def decide(rec: Recommender, request: Request) -> Recommendation:
     if deployment is not None:
         rec = rec.for_deployment(deployment)
     answer = rec.recommend(request.inputs, request.objective, source=request.source)
-    if request.step_sizes is None and request.vllm_args is None:
+    described = isinstance(request.inputs, WorkloadDescription)  # its step sizes are predicted for a capture list
+    if request.step_sizes is None and request.vllm_args is None and not described:
         return answer
     return _complete(answer, rec, request, served)
 
