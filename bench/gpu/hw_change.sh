@@ -24,8 +24,8 @@ if [ ! -d /tmp/site-gm ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site-gm .whl/*.whl
 fi
 [ -d /tmp/gmhw/src ] || cp -r src /tmp/gmhw/src  # code fixed for the run, as the chains do
+if [ -f "$site.env" ]; then . "$site.env"; fi  # the CUDA library setup unpack.sh chose; it sets PYTHONPATH
 export PYTHONPATH="/tmp/site-gm:$site:/tmp/gmhw/src" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-if [ -f "$site.env" ]; then . "$site.env"; fi
 export GRAPHMODE_MODELS_DIR="$work/models" GRAPHMODE_SERVICE__TOKEN="$token"
 gm() { python3 -m graphmode.cli "$@"; }
 
