@@ -270,3 +270,13 @@ def test_the_api_says_which_objectives_a_model_can_answer() -> None:
         assert "cannot answer for graph_gib" in r.text and "measured it in 0 cells" in r.text
         ok = tc.post("/v1/recommend", json={**body, "vllm_version": "0.24.0"})
         assert ok.status_code == 200 and ok.json()["objective"]["metric"] == "graph_gib"
+
+
+@pytest.mark.parametrize("flag", ["--features", "--step-sizes"])
+def test_a_missing_at_file_is_a_clear_error(tmp_path: Path, flag: str) -> None:
+    args = [flag, f"@{tmp_path / 'nonexistent.json'}"]
+    if flag == "--step-sizes":
+        args += ["--rate", "8", "--input-tokens", "256", "--output-tokens", "128"]
+    r = _recommend(*args)
+    assert r.exit_code != 0 and "Traceback" not in r.output and "FileNotFoundError" not in r.output
+    assert "cannot read" in " ".join(r.output.split()) and flag in r.output

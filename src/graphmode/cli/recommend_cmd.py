@@ -51,8 +51,19 @@ def _fmt(v: float | None, scale: float, fmt: str) -> str:
     return "-" if v is None else fmt.format(v * scale)
 
 
+def _read_arg(text: str, flag: str) -> str:
+    """An option's value, or the text of the file ``@path`` names (a clear error when it cannot be read)."""
+    if not text.startswith("@"):
+        return text
+    try:
+        return Path(text[1:]).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"{flag} {text}: cannot read {text[1:]!r}: {why}") from None
+
+
 def _read_features(text: str) -> dict[str, Any]:
-    raw = Path(text[1:]).read_text(encoding="utf-8") if text.startswith("@") else text
+    raw = _read_arg(text, "--features")
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -67,7 +78,7 @@ def _read_step_sizes(text: str) -> Any:
 
     from graphmode.core.records import StepSizes
 
-    raw = Path(text[1:]).read_text(encoding="utf-8") if text.startswith("@") else text
+    raw = _read_arg(text, "--step-sizes")
     try:
         return StepSizes.model_validate_json(raw)
     except ValidationError as exc:
