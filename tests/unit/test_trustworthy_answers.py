@@ -280,3 +280,16 @@ def test_a_missing_at_file_is_a_clear_error(tmp_path: Path, flag: str) -> None:
     r = _recommend(*args)
     assert r.exit_code != 0 and "Traceback" not in r.output and "FileNotFoundError" not in r.output
     assert "cannot read" in " ".join(r.output.split()) and flag in r.output
+
+
+@pytest.mark.parametrize(("version", "kept"), [("0.33.0", "0.33.0"), ("\x1b[31m0.33\x1b]0;pwn\x07\x00", None),
+                                              ("0.33.0\nwarning: fake", None)])
+def test_a_servers_version_is_quoted_only_when_it_is_a_version(version: str, kept: str | None) -> None:
+    from graphmode.selector.registry import server_fingerprint
+    from tests.support.net import Request, serve_http
+
+    def respond(req: Request) -> tuple[int, Any]:
+        return (200, {"version": version}) if req.path == "/version" else (404, "")
+
+    with serve_http(respond) as url:
+        assert server_fingerprint(url).get("vllm_version") == kept
