@@ -21,7 +21,7 @@ from pathlib import Path
 
 from graphmode.core.dataset import ProfileStore
 from graphmode.core.records import StartupInfo
-from graphmode.selector.capture import (
+from graphmode.selector.capture_costs import (
     GIB,
     CaptureCosts,
     default_capture_sizes,

@@ -30,10 +30,9 @@ from graphmode.selector.capture import (
     MAX_PAD_RATIO,
     check_pad_ratio,
     choose_capture_sizes,
-    costs_from_dataset,
-    measured_kv_bytes_per_token,
     parse_keep,
 )
+from graphmode.selector.capture_costs import costs_from_dataset, measured_kv_bytes_per_token
 
 
 def main(argv: list[str] | None = None) -> int:

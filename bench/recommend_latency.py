@@ -16,12 +16,15 @@ from a pool of connections opened on demand (at most ``--connections``), with pr
 so that it costs a fraction of what an HTTP client library would on a 2-core box. ``--pin`` pins the server
 to CPU 0 and the generator to CPU 1 (useful on a quiet box; on a shared one it only halves each one's share).
 
-Reported per rate: achieved rate, requests sent, errors, latency p50/p90/p99/max (from the intended send
-time), p99 from the actual write, the generator's own send lag p99 (if that is large, the generator, not
-the server, was the bottleneck), the server's p99 (upper bound of its /metrics histogram bucket: time
+Reported per rate: achieved rate, requests sent, requests shed (the service's fast 503 + Retry-After past its
+capacity) and their p99, requests answered (in any way) or timed out more than 1 s after their intended send
+time, other errors, latency p50/p90/p99/max of the answered ones (from the intended send time), p99 from the
+actual write, the generator's own send lag p99 (if that is large, the generator, not the server, was the
+bottleneck), the server's p99 (upper bound of its /metrics histogram bucket: time
 inside the app) and mean, its CPU use and the machine's 1-minute load average (other work on the box
-shows up there). Also: in-process ``Recommender.recommend`` time,
-p50/p99 over ``--calls`` calls, for an observed-features input and a workload description.
+shows up there). Also: in-process ``Recommender.recommend`` time, p50/p99 and mean over ``--calls`` calls, and
+its CPU time per answer (thread CPU time, so other work on the box does not count), for an observed-features
+input and a workload description.
 
 Every rate runs twice on the same server, back to back: first against ``POST /bench/bare`` (the same app,
 middleware, request body and schema validation, and a constant answer: no model), then against
@@ -103,6 +106,9 @@ class RateResult:
     sent: int = 0
     ok: int = 0
     errors: int = 0
+    shed: int = 0  # answered 503 at once: past the service's capacity
+    shed_p99_ms: float | None = None
+    over_1s: int = 0  # answered (any status) or timed out more than 1 s after the intended send time
     achieved_rps: float = 0.0
     p50_ms: float | None = None
     p90_ms: float | None = None
@@ -146,6 +152,8 @@ class RunStats:
     sent: int
     errors: dict[str, int]
     wall_s: float
+    shed: list[float] = field(default_factory=list)  # intended send time -> 503 answer
+    over_1s: int = 0
 
 
 class LoadGen:
@@ -235,6 +243,8 @@ class LoadGen:
         from_send: list[float] = []
         lags: list[float] = []
         errors: dict[str, int] = {}
+        shed: list[float] = []
+        over = [0]
         t0 = time.perf_counter() + 0.05
         tasks: list[asyncio.Task[None]] = []
 
@@ -244,13 +254,17 @@ class LoadGen:
                 status, body, sent_at = await asyncio.wait_for(self._one(payload), self.timeout_s)
                 done = time.perf_counter()
                 lags.append(sent_at - intended)
+                over[0] += done - intended > 1.0
                 if status == 200 and b'"mode"' in body:
                     latencies.append(done - intended)
                     from_send.append(done - sent_at)
+                elif status == 503:
+                    shed.append(done - intended)
                 else:
                     errors[f"HTTP {status}"] = errors.get(f"HTTP {status}", 0) + 1
             except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
                 errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                over[0] += time.perf_counter() - intended > 1.0
 
         i = 0
         n = len(times)
@@ -262,7 +276,7 @@ class LoadGen:
             if i < n:
                 await asyncio.sleep(max(0.0, t0 + times[i] - time.perf_counter()))
         await asyncio.gather(*tasks)
-        return RunStats(latencies, from_send, lags, n, errors, time.perf_counter() - t0)
+        return RunStats(latencies, from_send, lags, n, errors, time.perf_counter() - t0, shed, over[0])
 
     async def close(self) -> None:
         for c in self.idle:
@@ -387,6 +401,8 @@ class Server:
 
 # ---------------------------------------------------------------------------------------------- in-process
 def in_process(models_dir: Path, model_id: str | None, calls: int) -> dict[str, dict[str, float]]:
+    """Per input kind: wall time of one ``Recommender.recommend`` (p50, p99, mean) and its CPU time (this
+    thread's, mean over the calls): what one answer costs the service's event loop."""
     from graphmode.core.records import ObservedFeatures
     from graphmode.selector import Recommender, WorkloadDescription
 
@@ -400,15 +416,18 @@ def in_process(models_dir: Path, model_id: str | None, calls: int) -> dict[str, 
         for x in xs * 25:
             rec.recommend(x)
         lat = []
+        cpu0 = time.thread_time()
         for i in range(calls):
             x = xs[i % len(xs)]
             t = time.perf_counter()
             rec.recommend(x)
             lat.append(time.perf_counter() - t)
+        cpu = time.thread_time() - cpu0
         out[name] = {
             "p50_ms": (_pct(lat, 50) or 0) * 1e3,
             "p99_ms": (_pct(lat, 99) or 0) * 1e3,
             "mean_ms": statistics.fmean(lat) * 1e3,
+            "cpu_ms": cpu / max(1, calls) * 1e3,
         }
     return out
 
@@ -479,16 +498,26 @@ def ratio_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def in_process_table(inproc: dict[str, dict[str, float]]) -> str:
+    lines = ["| input | wall p50 ms | wall p99 ms | wall mean ms | CPU ms per answer |", "|---|---|---|---|---|"]
+    for kind, v in inproc.items():
+        name = {"features": "observed features", "workload": "workload description"}.get(kind, kind)
+        lines.append(f"| {name} | {v['p50_ms']:.3f} | {v['p99_ms']:.3f} | {v['mean_ms']:.3f} | {v['cpu_ms']:.3f} |")
+    return "\n".join(lines)
+
+
 def table(results: list[RateResult]) -> str:
     head = (
-        "| variant | target req/s | achieved req/s | sent | errors | p50 ms | p90 ms | p99 ms | max ms "
+        "| variant | target req/s | achieved req/s | sent | shed (503) | shed p99 ms | over 1 s | errors "
+        "| p50 ms | p90 ms | p99 ms | max ms "
         "| p99 from send ms | gen lag p99 ms | server p99 ≤ ms | server mean ms | server CPU % | gen CPU % "
         "| other CPU % | load avg 1m |"
     )
     lines = [head, "|" + "|".join("---" for _ in range(head.count("|") - 1)) + "|"]
     for r in results:
         lines.append(
-            f"| {r.variant} | {r.target_rps:g} | {r.achieved_rps:.1f} | {r.sent} | {r.errors} | "
+            f"| {r.variant} | {r.target_rps:g} | {r.achieved_rps:.1f} | {r.sent} | {r.shed} | "
+            f"{_fmt(r.shed_p99_ms)} | {r.over_1s} | {r.errors} | "
             f"{_fmt(r.p50_ms)} | {_fmt(r.p90_ms)} | {_fmt(r.p99_ms)} | {_fmt(r.max_ms)} | "
             f"{_fmt(r.p99_from_send_ms)} | {_fmt(r.lag_p99_ms)} | {_fmt(r.server_p99_le_ms, 1)} | "
             f"{_fmt(r.server_mean_ms, 3)} | {_fmt(r.server_cpu_pct, 0)} | {_fmt(r.gen_cpu_pct, 0)} | "
@@ -531,7 +560,10 @@ async def _one_rate(server: Server, variant: str, gen: LoadGen, rate: float, arg
         duration_s=args.duration,
         sent=st.sent,
         ok=len(lat),
-        errors=st.sent - len(lat),
+        errors=st.sent - len(lat) - len(st.shed),
+        shed=len(st.shed),
+        shed_p99_ms=None if not st.shed else (_pct(st.shed, 99) or 0.0) * 1e3,
+        over_1s=st.over_1s,
         achieved_rps=len(lat) / st.wall_s if st.wall_s > 0 else 0.0,
         connections=gen.opened,
         error_kinds=st.errors,
@@ -607,8 +639,7 @@ def main() -> int:
         pin = args.pin and ncpu >= 2 and hasattr(os, "sched_setaffinity")
         print(f"# in-process Recommender.recommend, {args.calls} calls per input kind", flush=True)
         inproc = in_process(models_dir, model_id, args.calls)
-        for kind, v in inproc.items():
-            print(f"  {kind:9s} p50 {v['p50_ms']:.3f} ms  p99 {v['p99_ms']:.3f} ms  mean {v['mean_ms']:.3f} ms")
+        print(in_process_table(inproc), flush=True)
         if pin:
             os.sched_setaffinity(0, {1})
         env = dict(os.environ)
@@ -669,6 +700,9 @@ def main() -> int:
     print(table(results))
     print()
     print(ratio_table(report["p99_vs_bare"]))
+    print()
+    print("in-process, one answer:")
+    print(in_process_table(inproc))
     errs = {f"{r.variant}@{r.target_rps:g}": r.error_kinds for r in results if r.error_kinds}
     if errs:
         print(f"errors: {errs}")

@@ -10,7 +10,7 @@
 # finished"; a configuration with a status line (done or failed) is not raced again, an interrupted one
 # resumes its race (the budget counts earlier sessions).
 #
-# Lease plan of bench/gpu/configs/h200-0.33.yaml (`python -m graphmode.profiling.campaign plan FILE`;
+# Lease plan of bench/gpu/configs/h200-0.33.yaml (`python bench/campaign.py plan FILE`;
 # 25 usable GPU-min per 30-minute lease after the 0.33 bundle transfer):
 #   lease 1 (~25 GPU-min): 1b-triton 8b-triton 1b-flashinfer
 #   lease 2 (~25 GPU-min): 8b-fp8 olmoe-1b-7b 8b-flashinfer
@@ -42,12 +42,12 @@ tag="${RACE_TAG:-cfg-h200}"
 case "$tag" in *[!A-Za-z0-9._-]*|"") echo "RACE_TAG: letters, digits, . _ - only" >&2; exit 2;; esac
 
 . bench/gpu/preflight.sh && gm_preflight "$site" "$py" "$PWD/src" || exit 3
-names=$(PYTHONPATH="$site:$PWD/src" "$py" -m graphmode.profiling.campaign names "$file" "$@") || exit 2
+names=$(PYTHONPATH="$site:$PWD/src" "$py" bench/campaign.py names "$file" "$@") || exit 2
 read -r -a cfgs <<< "$names"
 [ "${#cfgs[@]}" -le 5 ] || { echo "${#cfgs[@]} configurations: at most 5 a call (<= 8 files into \$OUT)" >&2; exit 2; }
 
 if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/null; }; then
-  rm -rf "$work/src" "$work/root" && cp -r src "$work/src" && cp bench/race_windows.py "$work/"
+  rm -rf "$work/src" "$work/root" && cp -r src "$work/src" && cp bench/race_windows.py bench/campaign.py "$work/"
   mkdir -p "$work/root/models" "$work/root/bench" && cp -r models/shapes "$work/root/models/" \
     && cp -r bench/grids "$work/root/bench/" && cp "$file" "$work/root/campaign.yaml" || exit 2
   for c in "${cfgs[@]}"; do
@@ -64,7 +64,7 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
     if [ -f "$site.env" ]; then . "$site.env"; fi
     export PYTHONPATH="$PYTHONPATH:$work/src" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
     echo "$(date -u +%FT%TZ) chain: $*"
-    "$py" -m graphmode.profiling.campaign run "$work/root/campaign.yaml" --root "$work/root" --work "$work" \
+    "$py" "$work/campaign.py" run "$work/root/campaign.yaml" --root "$work/root" --work "$work" \
       --tag "$tag" --port "$port" --vllm-cmd "$vllm" --python "$py" "$@" < /dev/null
     echo "$(date -u +%FT%TZ) chain: exited $?"' chain "$work" "${cfgs[@]}" >>"$work/chain.out" 2>&1 < /dev/null &
   echo $! > "$work/chain.pid"

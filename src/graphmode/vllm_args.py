@@ -1,7 +1,15 @@
 """Reading and rewriting a vLLM command line without importing vLLM.
 
-graphmode only ever touches ``cudagraph_mode`` inside ``--compilation-config`` (alias ``-cc``; ``-O`` takes
-the same JSON in some versions). Every other key the user gave is kept as it was.
+graphmode only ever touches ``cudagraph_mode`` (and capture sizes) inside the compilation config. Every form
+vLLM reads one in counts as the user's, and is folded, in command-line order, into the one
+``--compilation-config`` a rewrite emits (every other key the user gave kept as it was):
+
+* ``--compilation-config JSON`` / ``=JSON``, alias ``-cc``, ``--compilation_config``: a whole config, which
+  replaces what came before;
+* ``-O JSON`` / ``-O=JSON`` when the value is a JSON object (older vLLM: ``-O`` was ``--compilation-config``;
+  ``-O3`` or ``-O 3``, an optimization level in newer ones, is left alone);
+* ``-O.key=value``, ``-O.key value``, ``--compilation-config.key=value``, ``-cc.key=value`` (vLLM's dotted
+  form, nested keys allowed): one key, its value JSON when it parses as JSON, else the string.
 """
 
 from __future__ import annotations
@@ -52,17 +60,76 @@ def model_arg(command: list[str], args: list[str]) -> str | None:
     return None
 
 
-def compilation_config_of(args: list[str]) -> dict[str, object]:
-    found = _find(args, _CC_FLAGS)
-    if found is None:
-        return {}
+@dataclass(frozen=True)
+class _CcArg:
+    index: int  # index of the flag token
+    width: int  # tokens taken: 1 (flag=value) or 2 (flag value)
+    key: str | None  # the dotted key, None for a whole config
+    value: str
+
+
+def _cc_args(args: list[str]) -> list[_CcArg]:
+    """Every compilation-config argument in ``args``, in order (see the module docstring)."""
+    found: list[_CcArg] = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        nxt = args[i + 1] if i + 1 < len(args) else None
+        arg: _CcArg | None = None
+        if nxt is not None and (tok in _CC_FLAGS or (tok == "-O" and nxt.lstrip().startswith("{"))):
+            arg = _CcArg(i, 2, None, nxt)
+        elif any(tok.startswith(f + "=") for f in _CC_FLAGS) or (
+                tok.startswith("-O=") and tok[3:].lstrip().startswith("{")):
+            arg = _CcArg(i, 1, None, tok.split("=", 1)[1])
+        else:
+            flag = next((f for f in (*_CC_FLAGS, "-O") if tok.startswith(f + ".")), None)
+            if flag is not None:
+                rest = tok[len(flag) + 1:]
+                if "=" in rest:
+                    key, value = rest.split("=", 1)
+                    arg = _CcArg(i, 1, key, value)
+                elif nxt is not None:
+                    arg = _CcArg(i, 2, rest, nxt)
+        if arg is not None:
+            found.append(arg)
+            i += arg.width
+        else:
+            i += 1
+    return found
+
+
+def _dotted_value(text: str) -> object:
     try:
-        value = json.loads(found.value)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"--compilation-config is not valid JSON: {found.value!r} ({exc.msg})") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"--compilation-config must be a JSON object, got {found.value!r}")
-    return value
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def compilation_config_of(args: list[str]) -> dict[str, object]:
+    """The compilation config ``args`` give vLLM, every form folded in order (see the module docstring)."""
+    cc: dict[str, object] = {}
+    for arg in _cc_args(args):
+        if arg.key is None:
+            try:
+                value = json.loads(arg.value)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"--compilation-config is not valid JSON: {arg.value!r} ({exc.msg})") from None
+            if not isinstance(value, dict):
+                raise ConfigError(f"--compilation-config must be a JSON object, got {arg.value!r}")
+            cc = value
+            continue
+        parts = arg.key.split(".")
+        if not all(parts):
+            raise ConfigError(f"compilation config key {arg.key!r} has an empty part")
+        node = cc
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[parts[-1]] = _dotted_value(arg.value)
+    return cc
 
 
 def user_mode(args: list[str]) -> CudaGraphMode | None:
@@ -102,18 +169,8 @@ def with_compilation_config(args: list[str], updates: dict[str, object]) -> list
         cc.pop("max_cudagraph_capture_size", None)
     cc.update(updates)
     value = json.dumps(cc, separators=(",", ":"))
-    out: list[str] = []
-    skip_next = False
-    for i, tok in enumerate(args):
-        if skip_next:
-            skip_next = False
-            continue
-        if tok in _CC_FLAGS and i + 1 < len(args):
-            skip_next = True
-            continue
-        if any(tok.startswith(f + "=") for f in _CC_FLAGS):
-            continue
-        out.append(tok)
+    taken = {arg.index + k for arg in _cc_args(args) for k in range(arg.width)}
+    out = [tok for i, tok in enumerate(args) if i not in taken]
     return [*out, "--compilation-config", value]
 
 

@@ -1,4 +1,4 @@
-"""The configuration campaign file (graphmode.profiling.campaign): parsing, checks, the lease plan, commands."""
+"""The configuration campaign file (bench/campaign.py): parsing, checks, the lease plan, commands, status lines."""
 
 from __future__ import annotations
 
@@ -8,19 +8,14 @@ from pathlib import Path
 import pytest
 
 from graphmode.core.errors import ConfigError
-from graphmode.profiling.campaign import (
-    Campaign,
-    lease_plan,
-    load_campaign,
-    main,
-    race_command,
-    root_cause,
-    select,
-)
 from graphmode.profiling.grid import load_grid
+from tests.support.bench import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "bench" / "gpu" / "configs" / "h200-0.33.yaml"
+campaign = load_bench("campaign")
+Campaign, lease_plan, load_campaign = campaign.Campaign, campaign.lease_plan, campaign.load_campaign
+main, race_command, root_cause, select = campaign.main, campaign.race_command, campaign.root_cause, campaign.select
 
 
 def write(tmp_path: Path, text: str) -> Path:

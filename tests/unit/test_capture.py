@@ -11,17 +11,15 @@ import pytest
 
 from graphmode.core.records import StepSizes
 from graphmode.profiling.logparse import parse_startup_log_file
-from graphmode.selector.capture import (
-    CaptureBudget,
+from graphmode.selector.capture import CaptureBudget, choose_capture_sizes, parse_keep
+from graphmode.selector.capture_costs import (
     CaptureCosts,
-    choose_capture_sizes,
     costs_from_dataset,
     default_capture_sizes,
     kv_bytes_per_token,
     measured_kv_bytes_per_token,
-    parse_keep,
-    step_distribution,
 )
+from graphmode.selector.capture_steps import step_distribution
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "tests" / "fixtures" / "vllm-0.24-h200"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from graphmode.core.errors import DatasetError
-from graphmode.selector.capture import choose_capture_sizes, costs_from_dataset
+from graphmode.selector.capture import choose_capture_sizes
+from graphmode.selector.capture_costs import costs_from_dataset
 from graphmode.selector.card import ModelCard
 from graphmode.selector.train import check_capture_dataset, train
 

@@ -22,7 +22,7 @@ from graphmode.core.records import (
     RunConditions,
     StartupInfo,
 )
-from graphmode.selector.capture import default_capture_sizes
+from graphmode.selector.capture_costs import default_capture_sizes
 from tests.support.bench import load_bench
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"

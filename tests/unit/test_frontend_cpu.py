@@ -196,29 +196,40 @@ def test_the_process_note_tells_the_engine_core_from_an_api_server() -> None:
     assert process_note("VLLM::EngineCore", 0.5) is None and process_note(None, None) is None
 
 
-def test_watch_notes_the_engine_core_of_the_vllm_it_runs(tmp_path: Path) -> None:
-    # a stand-in for vLLM's engine core: a process titled as vLLM titles it, at a full core
+def test_watch_notes_the_engine_core_of_the_vllm_it_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process tree and titles are read from the OS (a process titled as vLLM titles its engine core);
+    the clock and the CPU seconds are injected, so the rule is tested, not how much CPU a loaded machine
+    gives a busy loop (a real one did not reach 0.9 of a core on a busy 2-core box)."""
+    import dataclasses
     import subprocess
     import sys
-    import time
     import types
 
+    from graphmode.control import controller as controller_mod
     from graphmode.control.controller import ManagedExecutor
     from graphmode.control.proxy import Proxy
+    from graphmode.profiling import hostload
 
-    busy = subprocess.Popen(["bash", "-c", f'exec -a VLLM::EngineCore {sys.executable} -c "while True: pass"'])
+    readings = iter([(100.0, 5.0), (102.0, 6.9)])  # (clock s, CPU s of each process): 0.95 of a core
+
+    def injected(pid: int | None) -> hostload.Counters:
+        at, cpu_s = next(readings)
+        real = hostload.counters(pid, clock=at)
+        return dataclasses.replace(real, processes=tuple((p, title, cpu_s) for p, title, _ in real.processes))
+
+    monkeypatch.setattr(controller_mod, "counters", injected)
+    idle = subprocess.Popen(["bash", "-c", "exec -a VLLM::EngineCore sleep 60"])
     try:
         ex = ManagedExecutor([sys.executable], [], proxy=Proxy(), log_dir=tmp_path)
-        ex.server = types.SimpleNamespace(pid=busy.pid)  # type: ignore[assignment]
+        ex.server = types.SimpleNamespace(pid=idle.pid)  # type: ignore[assignment]
         policy = Policy(PolicyConfig(min_dwell_s=0, cooldown_s=0, confirmations=1, max_attempts=2, retry_in_s=3600))
         ctl = Controller("d", ex, advisor, policy, state_dir=tmp_path, dry_run=True)
         ctl.injected = ObservedFeatures(arrival_rate=5.0)
         asyncio.run(ctl.step())  # the first step only takes the snapshot
         assert "notes" not in ctl.state.decisions[-1]
-        time.sleep(1.5)
         asyncio.run(ctl.step())
         notes = ctl.state.decisions[-1].get("notes", [])
-        assert any("engine core (VLLM::EngineCore)" in n for n in notes), notes
+        assert any("engine core (VLLM::EngineCore)" in n and "0.95" in n for n in notes), notes
     finally:
-        busy.kill()
-        busy.wait()
+        idle.kill()
+        idle.wait()

@@ -16,13 +16,19 @@ from graphmode.control.choose import capture_keys, choose_mode, merge_graph_conf
 from graphmode.control.policy import Advice, Policy, PolicyConfig, PolicyState, capture_gain, evaluate_capture
 from graphmode.core.errors import ConfigError
 from graphmode.core.modes import CudaGraphMode
-from graphmode.profiling.logparse import parse_startup_log, parse_startup_log_file
+from graphmode.core.records import StartupInfo
+from graphmode.profiling.logparse import parse_startup_log
 from graphmode.selector.compat import Deployment, allowed_modes, deployment_of, resolve, safe_mode
 from graphmode.selector.describe import WorkloadDescription
 from graphmode.service.schemas import RecommendRequest
 from graphmode.vllm_args import compilation_config_of, user_capture_sizes, with_compilation_config
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _parse_file(path: Path) -> StartupInfo:
+    return parse_startup_log(path.read_bytes().decode("utf-8", errors="replace"))
+
 FIXTURES = ROOT / "tests" / "fixtures"
 LINES = (FIXTURES / "vllm-downgrades" / "lines.log").read_text().splitlines()
 MODELS = ROOT / "models"
@@ -49,13 +55,13 @@ def test_trimmed_sizes_line_from_vllms_format_string() -> None:
 
 
 def test_h200_logs_have_sizes_graph_counts_and_no_downgrade() -> None:
-    full = parse_startup_log_file(FIXTURES / "vllm-0.24-h200" / "qwen0.5b-FULL_AND_PIECEWISE.log")
+    full = _parse_file(FIXTURES / "vllm-0.24-h200" / "qwen0.5b-FULL_AND_PIECEWISE.log")
     assert full.graph_counts == {"mixed prefill-decode, PIECEWISE": 51, "decode, FULL": 51}
     assert full.capture_sizes is not None and len(full.capture_sizes) == 51 and full.max_capture_size == 512
     for log in (FIXTURES / "vllm-0.24-h200").glob("*.log"):
-        st = parse_startup_log_file(log)
+        st = _parse_file(log)
         assert st.downgrades == [] and st.effective_mode == log.stem.split("-", 1)[1]
-    none = parse_startup_log_file(FIXTURES / "vllm-0.24-h200" / "llama1b-NONE.log")
+    none = _parse_file(FIXTURES / "vllm-0.24-h200" / "llama1b-NONE.log")
     assert none.capture_sizes == [] and none.graph_counts == {}
 
 
@@ -162,7 +168,7 @@ def test_capture_change_is_a_restart_weighed_like_a_mode_switch() -> None:
 def test_watch_prices_padding_a_list_with_gaps_pays_for_a_restart() -> None:
     from graphmode.control.policy import capture_decision
     from graphmode.core.records import StepSizes
-    from graphmode.selector.capture import PAD_TOKEN_COST, list_stats, step_distribution
+    from graphmode.selector.capture_steps import PAD_TOKEN_COST, list_stats, step_distribution
 
     # The H200 8B's 2 req/s list, now serving 48 in flight: every step graphed, each padded 48 -> 256
     # (ITL 1.47x measured, 2026-12-04). Only padding separates it from the recommended list.
@@ -468,11 +474,11 @@ def test_the_h200_model_answers_per_attention_backend() -> None:
 
 
 def test_spec_decode_rounds_decode_graphs_as_vllm_does() -> None:
-    from graphmode.selector.capture import spec_decode_sizes
+    from graphmode.selector.capture_costs import spec_decode_sizes
 
     default = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
     # the H200 ngram k=3 start (tests/fixtures/vllm-0.33-h200/llama1b-ngram3-FULL_AND_PIECEWISE.log): 49 FULL graphs
-    assert len(spec_decode_sizes(default, 4)) == 49 == parse_startup_log_file(
+    assert len(spec_decode_sizes(default, 4)) == 49 == _parse_file(
         FIXTURES / "vllm-0.33-h200" / "llama1b-ngram3-FULL_AND_PIECEWISE.log").graph_counts["FULL"]
     assert spec_decode_sizes([1, 2, 4, 8, 16], 4) == [4, 8, 16]
     assert spec_decode_sizes([1, 2, 4, 8, 16], 6) == [6, 12]  # 16 -> 18 is above the largest: dropped

@@ -136,12 +136,6 @@ def test_length_bounds() -> None:
     assert LengthDist(mean=3).bounds() == (3, 3)
 
 
-def test_expected_requests() -> None:
-    w = Workload(name="x", rate=4, duration_s=10, input=LengthDist(mean=1), output=LengthDist(mean=1))
-    assert w.expected_requests == 40
-    assert w.model_copy(update={"max_requests": 7}).expected_requests == 7
-
-
 def test_yaml_and_toml_give_the_same_workloads(tmp_path: Path) -> None:
     yaml_text = """
 name: same

@@ -55,9 +55,11 @@ def test_events_read_together_share_the_gap() -> None:
             await runner.cleanup()
         assert r.ok, r.error
         assert r.output_tokens == 5 and r.chunk_n == [1, 3, 1]
-        # the three tokens of one read each carry a third of the gap; none reads ~0
-        assert all(abs(g - GAP_S / 3) < 0.6 * GAP_S / 3 for g in r.itls[:3]), r.itls
-        assert GAP_S * 0.8 < r.itls[3] < GAP_S * 3, r.itls  # the split event counts once its line completes
+        # the three tokens of one read each carry a third of the gap; none reads ~0. The gap itself is at
+        # least the server's sleep, and how much more depends on the machine's load: only the lower bound is
+        # the rule
+        assert max(r.itls[:3]) - min(r.itls[:3]) < 1e-9 and sum(r.itls[:3]) >= GAP_S * 0.95, r.itls
+        assert r.itls[3] >= GAP_S * 0.95, r.itls  # the split event counts once its line completes
         assert len(r.itls) == 4
 
     asyncio.run(go())

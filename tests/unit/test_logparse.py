@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from graphmode.core.records import StartupInfo
-from graphmode.profiling.logparse import LogTail, parse_startup_log, parse_startup_log_file
+from graphmode.profiling.logparse import parse_startup_log
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 H200 = FIXTURES / "vllm-0.24-h200"
@@ -26,6 +26,11 @@ GPU_MEM_UTIL = {"llama1b": 0.3, "llama8b": 0.5, "qwen0.5b": 0.5}
 
 def h200(shape: str, mode: str) -> Path:
     return H200 / f"{shape}-{mode}.log"
+
+
+def parse_startup_log_file(path: Path, requested_mode: str | None = None) -> StartupInfo:
+    """A fixture log parsed as the runner parses a captured one (undecodable bytes replaced)."""
+    return parse_startup_log(path.read_bytes().decode("utf-8", errors="replace"), requested_mode)
 
 
 # Values copied by hand from the log lines, not from the parser's output.
@@ -384,35 +389,3 @@ def test_version_from_api_server_line() -> None:
         "(APIServer pid=1) INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.9.2"
     )
     assert info.vllm_version == "0.9.2"
-
-
-# --- LogTail ---
-
-
-def test_log_tail_keeps_last_lines() -> None:
-    tail = LogTail(maxlen=3)
-    for i in range(10):
-        tail.feed(f"line {i}\n")
-    assert len(tail) == 3
-    assert tail.text() == "line 7\nline 8\nline 9"
-
-
-def test_log_tail_takes_bytes_and_chunks() -> None:
-    tail = LogTail(maxlen=5)
-    tail.feed(b"a\nb\n")
-    tail.feed(b"\xffc")
-    assert tail.text() == "a\nb\n\ufffdc"
-
-
-def test_log_tail_rejects_empty_window() -> None:
-    with pytest.raises(ValueError):
-        LogTail(maxlen=0)
-
-
-def test_log_tail_text_parses_like_the_file() -> None:
-    path = h200("qwen0.5b", "PIECEWISE")
-    tail = LogTail(maxlen=10_000)
-    with path.open("rb") as handle:
-        for raw in handle:
-            tail.feed(raw)
-    assert parse_startup_log(tail.text()) == parse_startup_log_file(path)

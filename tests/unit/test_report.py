@@ -25,16 +25,15 @@ from graphmode.core.dataset import ProfileStore
 from graphmode.core.errors import DatasetError, ModelError
 from graphmode.core.records import CellRecord, Fingerprint, LatencyStats, ObservedFeatures, StartupInfo
 from graphmode.report import build_report, default_datasets
-from graphmode.report.data import (
-    HeadlineRow,
-    ReportData,
-    headline,
-    load_report_data,
-    pareto,
-)
+from graphmode.report.analysis import headline, pareto
 from graphmode.report.decision import decision_maps, load_model
-from graphmode.report.figures import decision_figure, pareto_figure, workload_figure
-from graphmode.report.html import findings, verdict_table
+from graphmode.report.figures import decision_figure, pareto_figure
+from graphmode.report.html import environment
+from graphmode.report.load import load_report_data
+from graphmode.report.table import Table
+from graphmode.report.tables import Finding, paired_verdict_table
+from graphmode.report.tables import findings as finding_items
+from graphmode.report.views import HeadlineRow, ReportData
 from graphmode.selector.card import CVReport
 from graphmode.selector.paired import PairedRound, paired_verdicts
 from graphmode.selector.registry import list_models
@@ -222,27 +221,6 @@ def test_pareto_points(data: ReportData) -> None:
 
 
 # ---------------------------------------------------------------- figures
-def test_workload_figure_has_a_trace_per_mode_and_metric(data: ReportData) -> None:
-    (shape,) = data.shapes
-    fig = workload_figure(shape)
-    names = {t.name for t in fig.data}
-    assert names == {"NONE", "FULL", "FULL_AND_PIECEWISE (default)"}
-    assert [t.name for t in fig.data if t.showlegend] == ["NONE", "FULL", "FULL_AND_PIECEWISE (default)"]
-    buttons = fig.layout.updatemenus[0].buttons
-    assert [b.label for b in buttons] == ["ITL p50 (ms)", "TTFT p50 (ms)", "TPOT p50 (ms)", "throughput (tok/s)"]
-    for b in buttons:
-        assert len(b.args[0]["visible"]) == len(fig.data)
-    # ITL: 4 workloads x 3 modes, less FULL on the coalesced workload, plus the 3 legend swatches
-    assert sum(buttons[0].args[0]["visible"]) == 11 + 3 and sum(buttons[1].args[0]["visible"]) == 12 + 3
-    itl = [t for t, vis in zip(fig.data, buttons[0].args[0]["visible"], strict=True) if vis and t.hovertemplate]
-    chat_full = next(t for t in itl if "chat-r8-b1" in t.hovertemplate and t.name == "FULL")
-    assert chat_full.y[0] == pytest.approx(2.01)  # ms, mean over repeats
-    assert chat_full.error_y.array[0] == pytest.approx(0.01) and chat_full.error_y.arrayminus[0] == pytest.approx(0.01)
-    assert chat_full.marker.line.width == 2.5  # best mean outlined
-    notes = " ".join(a["text"] for a in buttons[0].args[1]["annotations"] if isinstance(a, dict))
-    assert "FULL: ITL dropped: coalesced chunks" in notes
-
-
 def test_decision_map_over_the_models_features(data: ReportData) -> None:
     model = load_model(bundled_model())
     maps = decision_maps(model, data, points=4)
@@ -271,18 +249,23 @@ def test_pareto_figure_marks_the_front(data: ReportData) -> None:
 
 
 # ---------------------------------------------------------------- the page
-def test_page_is_self_contained_with_every_section(built: tuple[Any, str]) -> None:
+def test_page_leads_with_the_decision_and_loads_plotly_once_from_a_file(built: tuple[Any, str]) -> None:
     res, text = built
-    assert "Plotly.newPlot" in text and "<script src=" not in text and 'src="http' not in text
-    assert len(re.findall(r"plotly\.js v\d", text)) >= 1  # plotly.js itself is inlined
-    for title in ("Which mode wins", "What was measured", "1 · Every workload, every mode",
-                  "2 · Decision map", "3 · Latency vs CUDA graph memory vs start-up", "4 · Selector cross-validation",
-                  "5 · Run-to-run noise and ties", "6 · Failed cells (1)"):
-        assert title in text, title
-    for div in ("fig-bars-0", "fig-map", "fig-pareto"):
+    assert "Plotly.newPlot" in text and 'src="http' not in text
+    assert text.count("<script src=") == 1 and res.script is not None and res.script.is_file()
+    assert f'<script src="{res.script.name}">' in text and "plotly.js v" not in text  # not inlined
+    headings = [re.sub(r"<[^>]+>", "", h) for h in re.findall(r"<h2[^>]*>(.*?)</h2>", text, re.S)]
+    assert [h.split(":")[0] for h in headings] == ["1 · Decision", "2 · Model", "3 · Measurements", "4 · Noise",
+                                                   "5 · Capture sizes", "6 · Failed cells (1)"]
+    h3 = re.findall(r"<h3[^>]*>(.*?)</h3>", text, re.S)
+    assert len(h3) == len(set(h3))  # no two identical headings
+    for anchor in ("decision", "model", "measured", "noise", "capture", "failed"):
+        assert f"href='#{anchor}'" in text and f"id='{anchor}'" in text
+    assert text.index("id='decision'") < text.index("id='measured'") < text.index("id='failed'")
+    for div in ("fig-map", "fig-pareto"):
         assert f'id="{div}"' in text
     assert '"name":"FULL_AND_PIECEWISE (default)"' in text.replace(": ", ":")
-    assert "CUDA out of memory" in text and "Traceback" not in text.split("6 · Failed cells")[1].split("</table>")[0]
+    assert "CUDA out of memory" in text and "Traceback" not in text.split("6 · Failed cells")[2].split("</table>")[0]
     assert "ITL dropped in 1 cells" in text and "ITL p50 &lt; 0.5 × TPOT p50" in text
     assert "NVIDIA H200" in text and "vLLM 0.24.0" in text and "FLASH_ATTN" in text
     assert res.bytes < 10 * 1024 * 1024
@@ -352,14 +335,15 @@ def test_paired_wins_reach_the_summary_and_the_verdict_table() -> None:
                       default_max_loss_pct=9.3, default_max_loss_workload="w", default_ok=24,
                       worst_best_mode="FULL", worst_best_value=0.0017, worst_default_value=0.00185)
     text = findings([row], (), verdicts)
+    assert Finding("s", text.removeprefix("s — ")) == finding_items([row], (), verdicts)[0]
     want = "Paired inside rounds: FULL ITL p50 0.75×/0.66× the default's, lower in 2 of 2 rounds (24, 3 workloads)"
     assert want in text
     assert "NONE" not in text.split("Paired inside rounds")[1]  # only wins are headline news
     assert "Paired" not in findings([row])
-    tab = verdict_table(verdicts)
+    tab = render_table(paired_verdict_table(verdicts))
     full = next(r for r in tab.split("<tr>") if "<td>FULL</td>" in r)
-    assert "r0 (24), r2 (3)" in full and "0.75 · 0.66" in full and "class='verdict'>lower" in full
-    assert verdict_table([]) == ""
+    assert "r0 (24), r2 (3)" in full and "0.75 · 0.66" in full and 'class="verdict">lower' in full
+    assert not paired_verdict_table([])
 
 
 def test_no_paired_table_when_nothing_pairs(built: tuple[Any, str]) -> None:
@@ -380,7 +364,7 @@ def test_headline_and_noise_tables_in_the_page(built: tuple[Any, str], data: Rep
     _, text = built
     itl = next(r for r in headline(data) if r.metric == "itl_p50")
     assert f"{itl.default_max_loss_pct:.1f}%" in text and f"{itl.default_median_loss_pct:.1f}%" in text
-    noise = text.split("5 · Run-to-run noise and ties")[1]
+    noise = text.split("4 · Noise")[2]
     row = next(r for r in noise.split("<tr>") if "prefill-heavy-r32-b1" in r and "ITL p50" in r)
     assert "TIE: FULL_AND_PIECEWISE" in row
     cv = _mean([abs(1.8 - 3.0) / 2 ** 0.5]) / 2.4
@@ -392,7 +376,7 @@ def test_headline_and_noise_tables_in_the_page(built: tuple[Any, str], data: Rep
 def test_cv_table_matches_cv_json(built: tuple[Any, str]) -> None:
     res, text = built
     cv = CVReport.model_validate_json((res.model.folder / "cv.json").read_text())
-    section = text.split("4 · Selector cross-validation")[1].split("5 · Run-to-run noise")[0]
+    section = text.split("<h3>Cross-validation</h3>")[1].split("3 · Measurements")[0]
     rows = section.split("<tr>")
     for s in cv.summaries:
         row = next(r for r in rows if f"<td>{s.objective}</td>" in r)
@@ -411,12 +395,9 @@ def test_one_repeat_and_no_model(tmp_path: Path) -> None:
     res = build_report([ds], out, models_dir=tmp_path / "empty-registry")
     text = out.read_text()
     assert res.model is None and "Decision map skipped" in text and "No model: no cross-validation" in text
-    assert "One repeat per cell" in text and "6 · Failed cells (0)" in text
+    assert "Every cell was measured once" in text and "6 · Failed cells (0)" in text
     if ci is not None:
-        assert "±3.4% CI" in text.split("5 · Run-to-run noise")[1]
-    (shape,) = res.data.shapes
-    fig = workload_figure(shape)
-    assert not any(t.error_y.visible for t in fig.data)  # no spread with one repeat: no error bars
+        assert "±3.4% CI" in text.split("4 · Noise")[2]
     assert any("no trained model" in n for n in res.notes)
     res = build_report([ds], out, model_dir=bundled_model(), use_model=False)
     assert res.model is None and "Decision map skipped" in out.read_text()
@@ -499,7 +480,11 @@ def test_the_report_builds_on_the_bundled_datasets_and_the_committed_summary_is_
                                  "--grid-points", "4", "--summary", str(summary)])
     assert r.exit_code == 0, r.output
     assert "3 shapes, 1259 ok cells, 0 failed" in " ".join(r.output.split())  # campaign 1080 + races 179
-    assert out.stat().st_size > 1_000_000 and "nvidia-h200-vllm0.24.0" in out.read_text(encoding="utf-8")
+    text = out.read_text(encoding="utf-8")
+    assert "nvidia-h200-vllm0.24.0" in text and out.stat().st_size < 3_000_000
+    # the decision leads: the race verdict table of the model's GPU × release, with an all-rounds ratio
+    decision = text.split("id='decision'")[1].split("id='model'")[0]
+    assert "H200 · vLLM 0.24.0" in decision and "over" in decision and "rounds ·" in decision
     committed = REPO / "docs" / "report-summary.md"
     assert summary.read_text(encoding="utf-8") == committed.read_text(encoding="utf-8"), (
         "docs/report-summary.md is stale: bench/report_screenshot.sh (or graphmode report --summary) rewrites it")
@@ -515,3 +500,13 @@ def test_cv_json_is_what_the_card_holds() -> None:
     card = json.loads((folder / "card.json").read_text())
     cv = json.loads((folder / "cv.json").read_text())
     assert cv["folds"] == card["cv"]["folds"]
+
+
+def findings(*args: Any) -> str:
+    """The findings as the page shows them (shape, then its text)."""
+    return " ".join(f"{f.shape} — {f.text}" for f in finding_items(*args))
+
+
+def render_table(t: Table) -> str:
+    return str(environment().from_string('{% from "_macros.html.j2" import table %}{{ table(t) }}').render(t=t))
+

@@ -11,8 +11,8 @@ import pytest
 
 from graphmode.core.dataset import ProfileStore
 from graphmode.core.records import Fingerprint, RaceInfo, StartupInfo, StepSizes
-from graphmode.report.capture import figure, insert_section, section, shape_steps
-from graphmode.selector.capture import default_capture_sizes
+from graphmode.report.capture import CaptureSection, section, shape_steps
+from graphmode.selector.capture_costs import default_capture_sizes
 from tests.support.bench import load_bench
 from tests.unit.test_dataset import record
 
@@ -42,25 +42,22 @@ def test_section_sums_cells_and_marks_the_chosen_sizes(tmp_path: Path) -> None:
     assert sh.steps.running == {6: 3, 5: 2}
     assert sh.answer.max_capture_size == 32 and sh.answer.chosen.graphed_share == 1.0
     assert sh.answer.chosen.capture_s is not None  # priced by the dataset's engine starts
-    marks = [a.text for a in figure(sh).layout.annotations]
-    # One mark per histogram bucket: size 1 (kept by default) sits in (0, 1], the window's 2..8 in (1, 8].
-    assert sh.answer.sizes[0] == 1 and "▲ 1" in marks
-    assert "▲ " + ", ".join(str(s) for s in sh.answer.sizes if 1 < s <= 8) in marks and "default max 512" in marks
-    text = section([ds])
-    assert "LlamaForCausalLM 8.0B" in text and "default max 512" in text
+    assert sh.answer.sizes[0] == 1 and sh.answer.default_sizes[-1] == 512
+    sec = section([ds])
+    text = _text(sec)
+    assert "LlamaForCausalLM 8.0B" in text
     assert ", ".join(map(str, sh.answer.sizes)) in text
     assert sh.answer.chosen.padding_cost is not None and "step time padding adds" in text
     assert "KV cache tokens gained (predicted)" in text
-    assert f"<td>{sh.answer.chosen.padding_cost:.1%} / {sh.answer.default.padding_cost:.1%}</td>" in text
-    page = insert_section("<main><p>x</p><footer>f</footer></main>", [ds])
-    assert page.index("id='capture'") < page.index("<footer>")
+    padding = f"{sh.answer.chosen.padding_cost:.1%} / {sh.answer.default.padding_cost:.1%}"
+    assert padding in [c.text for c in sec.table.rows[0]]
 
 
 def test_datasets_without_step_sizes_get_a_note(tmp_path: Path) -> None:
     old = tmp_path / "old.sqlite"
     shutil.copy(FIXTURES / "profile-cpu.sqlite", old)
-    text = section([old])
-    assert "No cell recorded its step sizes" in text and "<div class='fig'>" not in text
+    sec = section([old])
+    assert not sec.shapes and not sec.table and sec.missing > 0
 
 
 def _capture_sizes_script() -> ModuleType:
@@ -116,4 +113,10 @@ def test_a_raced_list_like_the_chosen_one_is_noted_with_its_verdicts(tmp_path: P
     assert ev is not None and ev.similarity == 1.0 and ev.sizes == sorted(chosen)
     itl = next(v for v in ev.verdicts if v.metric == "itl_p50")
     assert itl.verdict == "equivalent" and 8 <= itl.n <= 12
-    assert "latency, raced on this GPU for a list like this one" in section([ds])
+    assert "latency, raced on this GPU for a list like this one" in _text(section([ds]))
+
+
+def _text(sec: CaptureSection) -> str:
+    """Everything the section says: table head and cells, and notes."""
+    cells = [c.text for c in sec.table.head] + [c.text for r in sec.table.rows for c in r]
+    return " | ".join([*cells, *sec.notes])

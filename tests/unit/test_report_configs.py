@@ -10,8 +10,10 @@ import pytest
 
 from graphmode.core.modes import DEFAULT_MODE
 from graphmode.report import build_report
-from graphmode.report.configs import config_label, configurations, markdown, release, section
-from graphmode.report.data import load_report_data
+from graphmode.report.configs import Configuration, config_label, configurations, markdown, release
+from graphmode.report.decide import releases, verdict_table
+from graphmode.report.html import environment
+from graphmode.report.load import load_report_data
 from graphmode.report.summary import summary_markdown
 from graphmode.selector.verdicts import race_verdicts
 
@@ -61,14 +63,10 @@ def test_two_configurations_are_raced_apart(second: dict[str, str]) -> None:
     assert len(pooled) == 1 and (fa.verdict, fa.ratio) != (fb.verdict, fb.ratio)
     assert first.ok_rows == len(a) and other.ok_rows == len(b)
 
-    page = section(got)
-    options = re.findall(r"<option value='(cfg\d)'>([^<]*)</option>", page)
-    assert [label for _, label in options] == [c.label for c in got]
-    blocks = {slug: page.split(f"id='{slug}'")[1].split("</div>")[0] for slug, _ in options}
-    assert len(blocks) == 2
-    assert fa.cell() in blocks[first.slug] and fb.cell() not in blocks[first.slug]
-    assert fb.cell() in blocks[other.slug] and fa.cell() not in blocks[other.slug]
-    assert "<script" in page and "src=" not in page  # self-contained filter
+    for mine, theirs in ((first, fb), (other, fa)):
+        page = _render(verdict_table([mine]))
+        v = _full_itl(mine)
+        assert f"<b>{v.verdict}</b>" in page and f"{v.ratio:.3f}×" in page and f"{theirs.ratio:.3f}×" not in page
 
     lines = markdown(got)
     rows = [ln for ln in lines if ln.startswith("| H200")]
@@ -98,7 +96,7 @@ def test_an_unraced_configuration_says_so() -> None:
     rows = [{**r, "race_round": None, "race_arm": None} for r in race_rows("r1", [0.8] * 3)]
     (c,) = configurations(rows)
     assert not c.raced() and c.tables() == []
-    assert "Not raced in this configuration" in section([c])
+    assert not verdict_table([c]) and not releases([c], None, use_model=False)[0].verdicts
     assert "| no |" in markdown([c])[-1]
 
 
@@ -120,10 +118,11 @@ def test_the_committed_qwen_races_of_two_vllm_releases_are_two_configurations(tm
 
     out = tmp_path / "r.html"
     build_report([QWEN_024, QWEN_033], out, use_model=False)
-    page = out.read_text(encoding="utf-8").split("<section id='configurations'>")[1].split("</section>")[0]
-    options = re.findall(r"<option value='cfg\d'>([^<]*)</option>", page)
-    assert len(options) == 2 and "vLLM 0.24.0" in options[0] and "vLLM 0.33.0" in options[1]
-    assert old.cell() in page and new.cell() in page
+    page = out.read_text(encoding="utf-8").split("<section id='decision'>")[1].split("<section id='model'>")[0]
+    titles = re.findall(r"<section class='release' id='rel\d'><h3>([^<]*)</h3>", page)
+    assert titles == ["H200 · vLLM 0.24.0", "H200 · vLLM 0.33.0"]
+    old_block, new_block = page.split("id='rel1'")
+    assert f"{old.ratio:.3f}×" in old_block and f"{new.ratio:.3f}×" in new_block
 
 
 def test_each_configuration_shows_its_arms_engine_memory_start_up_and_acceptance() -> None:
@@ -137,10 +136,21 @@ def test_each_configuration_shows_its_arms_engine_memory_start_up_and_acceptance
     ((_, costs),) = c.costs.items()
     assert costs[D].engine_gpu_gib == pytest.approx(21.78) and costs[D].starts == 1 and costs[D].cells == 3
     assert costs["FULL"].spec_acceptance == pytest.approx(0.9) and costs["FULL"].waves == (2,)
-    page = section([c])
-    assert "each arm&#x27;s engine" in page or "each arm's engine" in page
+    page = _page([c])
     assert ("<td>FULL</td><td>21.58</td><td>-0.20</td><td>74 (waves of 2)</td><td>1</td><td>0.90</td>"
             "<td>3.50</td>") in page
     # rows without any of it (before 2026-12-02): no such table
     (bare,) = configurations(race_rows("r1", [0.8] * 3))
-    assert "engine GPU GiB" not in section([bare])
+    assert "engine GPU GiB" not in _page([bare])
+
+
+def _render(t: Any) -> str:
+    return str(environment().from_string('{% from "_macros.html.j2" import table %}{{ table(t) }}').render(t=t))
+
+
+def _page(configs: list[Configuration]) -> str:
+    """The decision section's release blocks for ``configs`` (no model), as the page renders them."""
+    out = []
+    for r in releases(configs, None, use_model=False):
+        out += [_render(r.verdicts), *(_render(t) for _, t in r.costs)]
+    return "\n".join(out)

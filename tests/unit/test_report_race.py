@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphmode.report.race import insert_section, markdown, section, tables
+from graphmode.report.race import markdown, tables
 from graphmode.selector.card import ModelCard
 from graphmode.selector.noise import RaceNoise
 from graphmode.selector.verdicts import RaceVerdict
@@ -36,18 +36,13 @@ def test_rows_modes_then_aa_then_the_clock() -> None:
     assert rows[-1][1:] == ["12.0% (n=19, ≤ 6 min)", "–"]
     md = "\n".join(markdown(_card(noise)))
     assert "| the default again, same start: round-to-round CV | 12.0% (n=19, ≤ 6 min) | – |" in md
-    html = section(_card(noise))
-    assert "<section id='race'>" in html and "the clock alone" in html and "12.0% (n=19, ≤ 6 min)" in html
-    page = insert_section("<main><footer>f</footer></main>", _card(noise))
-    assert page.index("id='race'") < page.index("<footer")
 
 
 def test_without_noise_or_races() -> None:
     (_, _, rows) = tables(_card([]))[0]
     assert rows[-1][0] == "A/A: 2nd start of the default"
     bare = _card([]).model_copy(update={"race": []})
-    assert markdown(bare) == [] and section(bare) == "" and section(None) == ""
-    assert insert_section("<main></main>", bare) == "<main></main>"
+    assert markdown(bare) == [] and tables(bare) == []
 
 
 def test_the_bundled_cards_carry_the_noise() -> None:
@@ -74,7 +69,7 @@ def test_the_across_races_table_and_its_control() -> None:
     assert head == ["mode", "ttft_p50"] and rows[0][0] == "FULL" and rows[0][1].startswith("better ")
     assert rows[0][1].endswith("races=4") and rows[-1][0].startswith("A/A arms")
     assert rows[-1][1].startswith("undecided ") and rows[-1][1].endswith("races=3")
-    assert "**Across races**" in "\n".join(markdown(card)) and "<h4>Across races" in section(card)
+    assert "**Across races**" in "\n".join(markdown(card))
     # the bundled 0.33 card: FULL's TTFT across its races reads better, its A/A arms do not
     bundled = across(ModelCard.load(BUNDLED))
     assert bundled is not None

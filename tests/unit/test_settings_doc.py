@@ -1,4 +1,4 @@
-"""The settings reference in docs/operations.md is generated from the settings model and kept current."""
+"""The settings reference in docs/reference/settings.md is generated from the settings model and kept current."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pydantic import BaseModel, SecretStr
 from graphmode.core.settings import Settings
 from graphmode.core.settings_doc import BEGIN, END, main, render_table, settings_docs, splice
 
-OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "reference" / "settings.md"
 
 
 def test_committed_reference_is_current() -> None:
@@ -20,8 +20,8 @@ def test_committed_reference_is_current() -> None:
     assert BEGIN in text and END in text
     committed = text.split(BEGIN, 1)[1].split(END, 1)[0].lstrip("\n")
     assert committed == render_table(), (
-        "docs/operations.md's settings reference is stale: "
-        "python -m graphmode.core.settings_doc --write docs/operations.md"
+        "docs/reference/settings.md's settings reference is stale: "
+        "python -m graphmode.core.settings_doc --write docs/reference/settings.md"
     )
     assert main(["--check", str(OPERATIONS)]) == 0
 

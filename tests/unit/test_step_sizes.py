@@ -32,7 +32,7 @@ def test_real_captures_give_the_step_histogram() -> None:
     assert steps.le == EDGES
     # Cumulative 16, 32, 36, 37, 37, ... (after load) minus all zeros (idle), read off the files by hand.
     assert steps.steps == [16.0, 16.0, 4.0, 1.0] + [0.0] * 9 + [0.0]
-    assert steps.n_steps == 37  # = Δ vllm:iteration_tokens_total_count
+    assert sum(steps.steps) == 37  # = Δ vllm:iteration_tokens_total_count
     # Both scrapes saw 0 running requests: no evidence for the decode/mixed split.
     assert steps.running == {0: 2}
     assert steps.decode_steps is None and steps.mixed_steps is None
@@ -114,7 +114,7 @@ def test_per_engine_step_scales_edges_and_counts_once() -> None:
     per = FOUR.per_engine_step()
     assert per.le == [256.0, 512.0, 1024.0, 2048.0] and per.steps == [0.0, 1.0, 88.0, 0.0, 0.0]
     assert per.api_servers == 1 and per.running == FOUR.running
-    assert per.n_steps == pytest.approx(FOUR.n_steps / 4)
+    assert sum(per.steps) == pytest.approx(sum(FOUR.steps) / 4)
     assert per.per_engine_step(4) == per  # already per step: a deployment's count does not scale it again
     unknown = FOUR.model_copy(update={"api_servers": None})
     assert unknown.per_engine_step(4) == per  # the deployment's --api-server-count fills the gap

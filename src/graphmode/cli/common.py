@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import math
+import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from graphmode.core.errors import ConfigError, GraphmodeError
 from graphmode.core.modes import CudaGraphMode, parse_mode
@@ -32,6 +38,72 @@ def handle_errors() -> Iterator[None]:
     except GraphmodeError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_ERROR) from None
+
+
+def read_at_file(text: str, option: str) -> str:
+    """``text``, or the contents of the file ``@PATH`` names (an option's ``@file`` form); a file that cannot be
+    read is a :class:`ConfigError` naming the option and the path, never a traceback."""
+    if not text.startswith("@"):
+        return text
+    path = Path(text[1:])
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{option}: cannot read {terminal_safe(str(path), 200)}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{option}: {terminal_safe(str(path), 200)} is not UTF-8 text") from None
+
+
+# Table style that fits the most columns in a narrow terminal: no outer edge, no vertical rules, one space
+# between columns.
+NARROW: dict[str, Any] = {"box": box.SIMPLE_HEAD, "show_edge": False, "pad_edge": False, "collapse_padding": True}
+
+
+def whole_column(table: Table, header: str, values: Iterable[str], **kwargs: Any) -> None:
+    """Add a column whose cells are never cut or wrapped, whatever the terminal's width: mode names, numbers,
+    and the model ids a user copies into another command (``FULL…`` or ``nvidia-h200-vllm0.24.0-ab3…`` is
+    useless). Its header may wrap; the table's other columns wrap to make room."""
+    width = max((len(v) for v in values), default=0)
+    words = header.split()
+    # one word a line when the values are narrower than the header (a no_wrap header would not wrap)
+    head = "\n".join(words) if width < len(header) else header
+    table.add_column(head, no_wrap=True, min_width=max([width, *map(len, words)]), **kwargs)
+
+
+# The CLI flag of each workload-description field, for messages about them.
+WORKLOAD_FLAGS = {"rate": "--rate", "burstiness": "--burstiness", "input_tokens": "--input-tokens",
+                  "output_tokens": "--output-tokens", "concurrency": "--concurrency"}
+
+
+def validation_message(exc: Exception, flags: Mapping[str, str] | None = None) -> str:
+    """The first problem of a pydantic ``ValidationError`` as one line for a person: the field (as its CLI flag
+    when ``flags`` names it) and what is wrong, without pydantic's type codes and documentation URLs. A NaN
+    or infinite number is said to be one (pydantic would report a bound it "exceeds"). Other exceptions: their
+    text."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError) or not exc.errors():
+        return str(exc)
+    err = exc.errors(include_url=False)[0]
+    field = ".".join(map(str, err["loc"]))
+    name = (flags or {}).get(field, field)
+    value = err.get("input")
+    msg = (f"must be a finite number, got {value}" if isinstance(value, float) and not math.isfinite(value)
+           else str(err["msg"]))
+    return f"{name}: {msg}" if name else msg
+
+
+# C0 and C1 control characters and DEL (ESC starts terminal escape sequences), and the bidirectional
+# overrides: what a remote server's text must not bring to a terminal. Tab stays.
+_UNSAFE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str, limit: int | None = None) -> str:
+    """``text`` fit to print: every control character (escape sequences, NUL, newlines) shown as ``?``, and
+    cut to ``limit`` characters when one is given. For anything a remote server says (its ``/version``) that
+    the CLI prints, as the service filters what it quotes."""
+    clean = _UNSAFE.sub("?", text)
+    return clean if limit is None or len(clean) <= limit else clean[: limit - 1] + "…"
 
 
 # The pyproject extra each command needs, and the extra that brings each optional import (for the rest).

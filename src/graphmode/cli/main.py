@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from graphmode import __version__
-from graphmode.cli import launch_cmd, profile_cmd, recommend_cmd, report_cmd, serve_cmd, train_cmd, watch_cmd
+from graphmode.cli import check_cmd, launch_cmd, profile_cmd, recommend_cmd, report_cmd, serve_cmd, train_cmd, watch_cmd
 from graphmode.cli.common import run_app
 
 app = typer.Typer(
@@ -22,6 +22,7 @@ launch_cmd.register(app)
 watch_cmd.register(app)
 serve_cmd.register(app)
 report_cmd.register(app)
+check_cmd.register(app)
 
 
 def _version(value: bool) -> None:

@@ -267,7 +267,7 @@ def run_race(ctx: typer.Context, o: RaceOptions, s: Settings) -> None:
         signal.signal(signal.SIGTERM, _exit_on_term)
     with ProfileStore(config.profile.dataset) as store:
         racer = Racer(config, store)
-        racer.check_fit()  # a dry run says it too, before a lease is spent on engines that cannot all start
+        racer.check_fit()  # a dry run says it too, before GPU time is spent on engines that cannot all start
         arms = ", ".join(f"{a.name}:{a.port}" for a in racer.arms)
         if config.replicas > 1:
             ports = ", ".join(f"{a.name}:{','.join(str(e.port) for e in racer.replicas[a.name])}" for a in racer.arms)

@@ -10,9 +10,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from graphmode.cli.common import handle_errors
+from graphmode.cli.common import (
+    NARROW,
+    WORKLOAD_FLAGS,
+    handle_errors,
+    read_at_file,
+    terminal_safe,
+    validation_message,
+    whole_column,
+)
 from graphmode.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -51,19 +60,8 @@ def _fmt(v: float | None, scale: float, fmt: str) -> str:
     return "-" if v is None else fmt.format(v * scale)
 
 
-def _read_arg(text: str, flag: str) -> str:
-    """An option's value, or the text of the file ``@path`` names (a clear error when it cannot be read)."""
-    if not text.startswith("@"):
-        return text
-    try:
-        return Path(text[1:]).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(f"{flag} {text}: cannot read {text[1:]!r}: {why}") from None
-
-
 def _read_features(text: str) -> dict[str, Any]:
-    raw = _read_arg(text, "--features")
+    raw = read_at_file(text, "--features")
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -78,7 +76,7 @@ def _read_step_sizes(text: str) -> Any:
 
     from graphmode.core.records import StepSizes
 
-    raw = _read_arg(text, "--step-sizes")
+    raw = read_at_file(text, "--step-sizes")
     try:
         return StepSizes.model_validate_json(raw)
     except ValidationError as exc:
@@ -122,14 +120,53 @@ def _budget(max_sizes: int | None, max_s: float | None, max_gib: float | None, k
         raise ConfigError(f"{flag}: {err['msg']}") from None
 
 
+_MODEL_COLUMNS = ("model id", "GPU", "vLLM", "shapes", "rows", "workloads", "modes", "CV regret", "vs default",
+                  "here")
+# Narrower than this, ``models`` prints a block per model instead of a table (ten columns do not fit 80).
+MODELS_TABLE_MIN_WIDTH = 120
+
+
+def _print_model_blocks(root: Path, entries: list[Any], cells: list[list[str] | None]) -> None:
+    """``models`` for a narrow terminal: each model's id whole on its own line, its facts below."""
+    out_console.print(f"Models under {escape(str(root))}", highlight=False)
+    for e, row in zip(entries, cells, strict=True):
+        if row is None:
+            out_console.print(f"\n[bold]{escape(e.model_id)}[/]\n  [red]broken: {escape(str(e.error))}[/]",
+                              highlight=False)
+            continue
+        facts = ", ".join(f"{name} {value}" for name, value in zip(_MODEL_COLUMNS[1:], row[1:], strict=True)
+                          if name != "shapes")
+        shapes = row[3].replace("\n", ", ")
+        out_console.print(f"\n[bold]{escape(row[0])}[/]\n  {escape(facts)}\n  shapes: {escape(shapes)}",
+                          highlight=False)
+
+
+def _model_cells(e: Any, m: Any) -> list[str]:
+    """The ``models`` table's row for a registry entry with a card (``m``: its match against this host)."""
+    c = e.card
+    s = c.cv.summaries[0] if c.cv.summaries else None
+    return [
+        c.model_id + (" (synthetic)" if c.synthetic else ""),
+        c.gpu_name or "-",
+        c.vllm_version or "-",
+        "\n".join(_shape_label(x) for x in c.shapes),  # one shape a line: each label stays whole
+        str(c.dataset.rows_used),
+        str(c.dataset.n_workloads),
+        str(len(c.modes)),
+        "-" if s is None or s.mean_regret_pct is None else f"{s.mean_regret_pct:.1f}%",
+        "-" if s is None or s.mean_gain_vs_default_pct is None else f"{s.mean_gain_vs_default_pct:+.1f}%",
+        m.kind + (" (stale)" if m.stale else ""),
+    ]
+
+
 def print_recommendation(rec: Recommendation, console: Console) -> None:
     metric = rec.objective.metric
-    t = Table(title=f"Predicted per mode — objective: {rec.objective_description}", title_justify="left")
-    t.add_column("mode")
+    t = Table(title=f"Predicted per mode — objective: {rec.objective_description}", title_justify="left", **NARROW)
+    whole_column(t, "mode", [str(p.mode) for p in rec.predictions])
     cols = [c for c in _COLUMNS if any(p.metrics.get(c[0]) is not None for p in rec.predictions)]
-    for _, header, _, _ in cols:
-        t.add_column(header, justify="right")
-    t.add_column("", justify="left")
+    for m, header, scale, fmt in cols:
+        whole_column(t, header, [_fmt(p.metrics.get(m), scale, fmt) for p in rec.predictions], justify="right")
+    t.add_column("", justify="left", overflow="fold")
     for p in rec.predictions:
         flags = []
         if p.mode == rec.mode:
@@ -185,11 +222,11 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
     cautions = {f.text for f in rec.cautions()}
     for n in rec.notes:  # the findings' texts in order, then what completing the answer added
         if n in cautions:
-            console.print(f"[bold yellow]caution:[/] {n}", highlight=False)
+            console.print(f"[bold yellow]caution:[/] {escape(terminal_safe(n))}", highlight=False)
         else:
-            console.print(f"[dim]note: {n}[/]", highlight=False)
+            console.print(f"[dim]note: {escape(terminal_safe(n))}[/]", highlight=False)
     for w in rec.warnings:
-        console.print(f"[bold yellow]warning:[/] {w}", highlight=False)
+        console.print(f"[bold yellow]warning:[/] {escape(terminal_safe(w))}", highlight=False)
 
 
 @dataclass(frozen=True)
@@ -280,7 +317,7 @@ def _inputs(opts: RecommendOptions) -> Any:
             return WorkloadDescription(rate=opts.rate, burstiness=opts.burstiness, input_tokens=opts.input_tokens,
                                        output_tokens=opts.output_tokens, concurrency=opts.concurrency)
         except ValueError as exc:
-            raise ConfigError(f"invalid workload description: {exc}") from None
+            raise ConfigError(f"workload description: {validation_message(exc, WORKLOAD_FLAGS)}") from None
     if opts.features is None:
         return None
     try:  # the service's rules: finite, >= 0, within each feature's range, one traffic feature
@@ -458,39 +495,20 @@ def list_registry(models_dir: Path | None, model_id: str | None, as_json: bool) 
         if not entries:
             out_console.print(f"no models under {root}", highlight=False)
             return
+        cells = [_model_cells(e, match_card(e.card, target)) if e.card is not None else None for e in entries]
+        if out_console.width < MODELS_TABLE_MIN_WIDTH:
+            _print_model_blocks(root, entries, cells)
+            return
         t = Table(title=f"Models under {root}", title_justify="left")
-        for col in (
-            "model id",
-            "GPU",
-            "vLLM",
-            "shapes",
-            "rows",
-            "workloads",
-            "modes",
-            "CV regret",
-            "vs default",
-            "here",
-        ):
-            t.add_column(col)
-        for e in entries:
-            if e.card is None:
-                t.add_row(e.model_id, f"[red]broken: {e.error}[/]", *[""] * 8)
-                continue
-            c = e.card
-            s = c.cv.summaries[0] if c.cv.summaries else None
-            m = match_card(c, target)
-            t.add_row(
-                c.model_id + (" [yellow](synthetic)[/]" if c.synthetic else ""),
-                c.gpu_name or "-",
-                c.vllm_version or "-",
-                ", ".join(_shape_label(x) for x in c.shapes),
-                str(c.dataset.rows_used),
-                str(c.dataset.n_workloads),
-                str(len(c.modes)),
-                "-" if s is None or s.mean_regret_pct is None else f"{s.mean_regret_pct:.1f}%",
-                "-"
-                if s is None or s.mean_gain_vs_default_pct is None
-                else f"{s.mean_gain_vs_default_pct:+.1f}%",
-                m.kind + (" (stale)" if m.stale else ""),
-            )
+        for i, col in enumerate(_MODEL_COLUMNS):
+            if i in (0, 3):  # ids copied into --model-id, shape labels (one a line): never cut
+                whole_column(t, col, [line for row, e in zip(cells, entries, strict=True)
+                                      for line in (e.model_id if row is None else row[i]).splitlines()])
+            else:  # folds to make room, never cut either
+                t.add_column(col, overflow="fold")
+        for e, row in zip(entries, cells, strict=True):
+            if row is None:
+                t.add_row(e.model_id, f"[red]broken: {escape(str(e.error))}[/]", *[""] * 8)
+            else:
+                t.add_row(*(escape(x) for x in row))
         out_console.print(t)

@@ -37,14 +37,17 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path, typer.Option("--out", help="HTML file to write.")] = Path("report.html"),
         grid_points: Annotated[
             int, typer.Option("--grid-points", min=4, max=200, help="Decision-map grid points per axis.")
-        ] = 36,
+        ] = 8,  # report.decision.DEFAULT_GRID_POINTS (not imported: the CLI starts without the report extra)
         title: Annotated[str | None, typer.Option("--title", help="Page title.")] = None,
+        inline_plotly: Annotated[bool, typer.Option(
+            "--inline-plotly", help="Carry plotly.js (3.5 MB) in the page instead of a file beside it.")] = False,
         summary: Annotated[Path | None, typer.Option(
             "--summary", help="Also write a short Markdown summary (no timestamps), e.g. docs/report-summary.md."),
         ] = None,
     ) -> None:
-        """Write one HTML file (plotly inlined, opens offline): what was measured, which mode wins, the
-        model's decision map, latency vs graph memory vs start-up, CV, noise and ties, failed cells."""
+        """Write one HTML page (and plotly.js beside it; opens offline): per GPU × vLLM release the race verdicts
+        and the bundled model's answers, then the model's decision map and CV, the measurements, noise, capture
+        sizes and failed cells."""
         from graphmode.report import build_report, default_datasets
         from graphmode.selector.registry import default_models_dir
 
@@ -61,7 +64,8 @@ def register(app: typer.Typer) -> None:
             else:
                 paths, note = default_datasets(root)
             res = build_report(paths, out, model_dir=model_dir, models_dir=root, use_model=not no_model,
-                               grid_points=grid_points, title=title, notes=[note] if note else [])
+                               grid_points=grid_points, title=title, notes=[note] if note else [],
+                               inline_plotly=inline_plotly)
             if summary is not None:
                 from graphmode.report.summary import summary_markdown
 
@@ -71,8 +75,9 @@ def register(app: typer.Typer) -> None:
                 console.print(f"[yellow]note:[/] {note}", highlight=False)
             size = res.bytes / 1024 / 1024
             model = res.model.model_id if res.model else "no model"
+            script = f" + {res.script.name} ({res.script_bytes / 1024 / 1024:.1f} MB)" if res.script else ""
             console.print(
-                f"[bold green]report[/] → {res.out} ({size:.1f} MB): {len(res.data.shapes)} shapes, "
+                f"[bold green]report[/] → {res.out} ({size:.1f} MB){script}: {len(res.data.shapes)} shapes, "
                 f"{res.data.n_ok} ok cells, {len(res.data.failed)} failed; {model}",
                 highlight=False,
             )

@@ -5,17 +5,20 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from graphmode.cli import options as o
 from graphmode.cli.common import handle_errors, parse_modes, vllm_invocation
 from graphmode.core.errors import ConfigError
 
 if TYPE_CHECKING:
+    from graphmode.profiling.runner import ProfileConfig
     from graphmode.selector.card import CVReport
+    from graphmode.selector.retrain import RetrainResult
     from graphmode.selector.train import TrainResult
 
 console = Console(stderr=True)
@@ -139,155 +142,145 @@ def _print_result(res: TrainResult, as_json: bool) -> None:
     )
 
 
+# Options of train and retrain.
+TrainDatasets: TypeAlias = Annotated[list[Path], typer.Option(
+    "--dataset", help="Profile dataset (SQLite) to train on. Repeatable: rows are merged.")]
+Out: TypeAlias = Annotated[Path | None, typer.Option(
+    "--out", help="Model folder. Default: models/<derived from fingerprint>.")]
+TrainObjective: TypeAlias = Annotated[str | None, typer.Option(
+    "--objective", help="Default objective metric (e.g. itl_p50).")]
+TrainConstraints: TypeAlias = Annotated[list[str] | None, o.constraint(
+    "Default-objective constraint, e.g. 'ttft_p99<=200ms'. Repeatable.")]
+Regressor: TypeAlias = Annotated[str, typer.Option("--regressor", help="auto|ridge|knn|extra_trees|mean")]
+FingerprintKey: TypeAlias = Annotated[str | None, typer.Option(
+    "--fingerprint", help="Train on rows of this fingerprint key only.")]
+ProfileKey: TypeAlias = Annotated[str | None, typer.Option(
+    "--profile-key", help="Train on rows of this profile key only.")]
+CaptureDatasets: TypeAlias = Annotated[list[Path] | None, typer.Option(
+    "--capture-dataset", help="Dataset read only for capture costs (lone engine starts of "
+    "several capture lists, bench/gpu/capture_chain.sh), not trained on. Repeatable.")]
+TrainJson: TypeAlias = Annotated[bool, o.json_flag("Print the model card as JSON.")]
+Grid: TypeAlias = Annotated[Path | None, typer.Option("--grid", help="Workload grid (default: the bundled grid).")]
+RetrainDataset: TypeAlias = Annotated[Path | None, typer.Option(
+    "--dataset", help="Profile dataset (default: <models-dir>/_profiles/<profile key>.sqlite).")]
+Fresh: TypeAlias = Annotated[bool, typer.Option(
+    "--fresh", help="Do not resume: measure every cell again (after a vLLM upgrade with unchanged args).")]
+Port: TypeAlias = Annotated[int | None, typer.Option("--port", min=1, max=65535)]
+LogDir: TypeAlias = Annotated[Path | None, typer.Option("--log-dir")]
+RetrainObjective: TypeAlias = Annotated[str | None, typer.Option("--objective", help="Default objective metric.")]
+RetrainJson: TypeAlias = Annotated[bool, o.json_flag("Print the new model card as JSON.")]
+
+
+def train(
+    dataset: TrainDatasets,
+    out: Out = None,
+    models_dir: o.ModelsDir = None,
+    objective: TrainObjective = None,
+    constraint: TrainConstraints = None,
+    regressor: Regressor = "auto",
+    fingerprint: FingerprintKey = None,
+    profile_key: ProfileKey = None,
+    capture_dataset: CaptureDatasets = None,
+    as_json: TrainJson = False,
+) -> None:
+    """Fit per-mode regressors; print and save leave-one-workload-out CV and the decision table."""
+    from graphmode.selector.estimators import REGRESSOR_KINDS
+    from graphmode.selector.train import train as run_train
+
+    with handle_errors():
+        if regressor != "auto" and regressor not in REGRESSOR_KINDS:
+            raise ConfigError(f"--regressor must be auto or one of {', '.join(REGRESSOR_KINDS)}")
+        obj = _objective(objective, constraint)
+        res = run_train(
+            dataset,
+            out,
+            models_dir=models_dir,
+            objective=obj,
+            regressor=regressor,  # type: ignore[arg-type]
+            fingerprint_key=fingerprint,
+            profile_key=profile_key,
+            progress=lambda m: console.print(m, highlight=False),
+            capture_datasets=capture_dataset or (),
+        )
+        _print_result(res, as_json)
+
+
+def _retrain_with_progress(config: ProfileConfig, root: Path, path: Path, fresh: bool,
+                           objective: str | None) -> RetrainResult:
+    """Profile (resuming unless --fresh) with a progress bar, then train into the registry at ``root``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from graphmode.cli.profile_cmd import RichReporter
+    from graphmode.selector.retrain import retrain as run_retrain
+
+    console.print(
+        f"retrain: profiling into {path} ({'fresh' if fresh else 'resuming'}), then training "
+        f"into {root}",
+        highlight=False,
+    )
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        reporter = RichReporter(progress, config.planned_cells)
+        return run_retrain(
+            config,
+            models_dir=root,
+            dataset=path,
+            resume=not fresh,
+            objective=_objective(objective, None),
+            reporter=reporter,
+            progress=lambda m: console.print(m, highlight=False),
+        )
+
+
+def retrain(
+    ctx: typer.Context,
+    grid: Grid = None,
+    vllm_cmd: o.VllmCmd = None,
+    models_dir: o.ModelsDir = None,
+    dataset: RetrainDataset = None,
+    modes: o.Modes = None,
+    workloads: o.Workloads = None,
+    repeats: o.Repeats = None,
+    fresh: Fresh = False,
+    port: Port = None,
+    log_dir: LogDir = None,
+    objective: RetrainObjective = None,
+    as_json: RetrainJson = False,
+) -> None:
+    """Profile the current fingerprint (resuming) and train a model for it into the registry."""
+    from graphmode.core.settings import load_settings
+    from graphmode.profiling.grid import load_grid
+    from graphmode.profiling.runner import ProfileConfig
+    from graphmode.selector.retrain import retrain_dataset_path
+
+    with handle_errors():
+        s = load_settings()
+        g = load_grid(grid or s.profile.grid)
+        selected = g.select([n for n in (workloads or "").split(",") if n])
+        command, vllm_args = vllm_invocation(ctx.args, vllm_cmd, s.vllm.argv(), need_model=True)
+        root = models_dir or s.selector.models_dir
+        config = ProfileConfig.from_settings(
+            s, command=command, vllm_args=vllm_args, modes=parse_modes(modes), workloads=selected,
+            dataset=dataset or Path("unused"), log_dir=log_dir, port=port, resume=not fresh, repeats=repeats)
+        res = _retrain_with_progress(config, root, dataset or retrain_dataset_path(config, root), fresh,
+                                     objective)
+        console.print(
+            f"profile: {res.profile.ok} ok, {res.profile.failed} failed, {res.profile.skipped} "
+            "already done",
+            highlight=False,
+        )
+        _print_result(res.train, as_json)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def train(
-        dataset: Annotated[
-            list[Path],
-            typer.Option("--dataset", help="Profile dataset (SQLite) to train on. Repeatable: rows are merged."),
-        ],
-        out: Annotated[
-            Path | None,
-            typer.Option("--out", help="Model folder. Default: models/<derived from fingerprint>."),
-        ] = None,
-        models_dir: Annotated[
-            Path | None, typer.Option("--models-dir", help="Registry root (default: settings).")
-        ] = None,
-        objective: Annotated[
-            str | None, typer.Option("--objective", help="Default objective metric (e.g. itl_p50).")
-        ] = None,
-        constraint: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--constraint", help="Default-objective constraint, e.g. 'ttft_p99<=200ms'. Repeatable."
-            ),
-        ] = None,
-        regressor: Annotated[
-            str, typer.Option("--regressor", help="auto|ridge|knn|extra_trees|mean")
-        ] = "auto",
-        fingerprint: Annotated[
-            str | None, typer.Option("--fingerprint", help="Train on rows of this fingerprint key only.")
-        ] = None,
-        profile_key: Annotated[
-            str | None, typer.Option("--profile-key", help="Train on rows of this profile key only.")
-        ] = None,
-        capture_dataset: Annotated[
-            list[Path] | None,
-            typer.Option("--capture-dataset", help="Dataset read only for capture costs (lone engine starts of "
-                         "several capture lists, bench/gpu/capture_chain.sh), not trained on. Repeatable."),
-        ] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the model card as JSON.")] = False,
-    ) -> None:
-        """Fit per-mode regressors; print and save leave-one-workload-out CV and the decision table."""
-        from graphmode.selector.estimators import REGRESSOR_KINDS
-        from graphmode.selector.train import train as run_train
-
-        with handle_errors():
-            if regressor != "auto" and regressor not in REGRESSOR_KINDS:
-                raise ConfigError(f"--regressor must be auto or one of {', '.join(REGRESSOR_KINDS)}")
-            obj = _objective(objective, constraint)
-            res = run_train(
-                dataset,
-                out,
-                models_dir=models_dir,
-                objective=obj,
-                regressor=regressor,  # type: ignore[arg-type]
-                fingerprint_key=fingerprint,
-                profile_key=profile_key,
-                progress=lambda m: console.print(m, highlight=False),
-                capture_datasets=capture_dataset or (),
-            )
-            _print_result(res, as_json)
-
-    @app.command(
+    """Add ``graphmode train`` and ``graphmode retrain`` to the app."""
+    app.command()(train)
+    app.command(
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
         epilog="Everything after -- goes to vLLM unchanged (model, --max-model-len, ...).",
-    )
-    def retrain(
-        ctx: typer.Context,
-        grid: Annotated[
-            Path | None, typer.Option("--grid", help="Workload grid (default: the bundled grid).")
-        ] = None,
-        vllm_cmd: Annotated[
-            str | None, typer.Option("--vllm-cmd", help="Command prefix that starts vLLM.")
-        ] = None,
-        models_dir: Annotated[
-            Path | None, typer.Option("--models-dir", help="Registry root (default: settings).")
-        ] = None,
-        dataset: Annotated[
-            Path | None,
-            typer.Option(
-                "--dataset", help="Profile dataset (default: <models-dir>/_profiles/<profile key>.sqlite)."
-            ),
-        ] = None,
-        modes: Annotated[
-            str | None, typer.Option("--modes", help="Comma-separated modes (default: all five).")
-        ] = None,
-        workloads: Annotated[
-            str | None, typer.Option("--workloads", help="Comma-separated workload names.")
-        ] = None,
-        repeats: Annotated[
-            int | None, typer.Option("--repeats", min=1, max=20, help="Override every workload's repeats.")
-        ] = None,
-        fresh: Annotated[
-            bool,
-            typer.Option(
-                "--fresh",
-                help="Do not resume: measure every cell again (after a vLLM upgrade with unchanged args).",
-            ),
-        ] = False,
-        port: Annotated[int | None, typer.Option("--port", min=1, max=65535)] = None,
-        log_dir: Annotated[Path | None, typer.Option("--log-dir")] = None,
-        objective: Annotated[
-            str | None, typer.Option("--objective", help="Default objective metric.")
-        ] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the new model card as JSON.")] = False,
-    ) -> None:
-        """Profile the current fingerprint (resuming) and train a model for it into the registry."""
-        from graphmode.cli.profile_cmd import RichReporter
-        from graphmode.core.settings import load_settings
-        from graphmode.profiling.grid import load_grid
-        from graphmode.profiling.runner import ProfileConfig
-        from graphmode.selector.retrain import retrain as run_retrain
-        from graphmode.selector.retrain import retrain_dataset_path
-
-        with handle_errors():
-            s = load_settings()
-            g = load_grid(grid or s.profile.grid)
-            selected = g.select([n for n in (workloads or "").split(",") if n])
-            command, vllm_args = vllm_invocation(ctx.args, vllm_cmd, s.vllm.argv(), need_model=True)
-            root = models_dir or s.selector.models_dir
-            config = ProfileConfig.from_settings(
-                s, command=command, vllm_args=vllm_args, modes=parse_modes(modes), workloads=selected,
-                dataset=dataset or Path("unused"), log_dir=log_dir, port=port, resume=not fresh, repeats=repeats)
-            path = dataset or retrain_dataset_path(config, root)
-            console.print(
-                f"retrain: profiling into {path} ({'fresh' if fresh else 'resuming'}), then training "
-                f"into {root}",
-                highlight=False,
-            )
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            with Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=console,
-            ) as progress:
-                reporter = RichReporter(progress, config.planned_cells)
-                res = run_retrain(
-                    config,
-                    models_dir=root,
-                    dataset=path,
-                    resume=not fresh,
-                    objective=_objective(objective, None),
-                    reporter=reporter,
-                    progress=lambda m: console.print(m, highlight=False),
-                )
-            console.print(
-                f"profile: {res.profile.ok} ok, {res.profile.failed} failed, {res.profile.skipped} "
-                "already done",
-                highlight=False,
-            )
-            _print_result(res.train, as_json)
+    )(retrain)

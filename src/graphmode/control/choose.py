@@ -253,6 +253,10 @@ def choose_mode(
                 c.notes.append(why)
         if step_sizes is not None and c.mode.value != "NONE" and c.capture is None:
             c.capture = _capture_for(c.mode.value, step_sizes, vllm_args or [], c.notes)
+        if step_sizes is None and workload is not None and c.capture is None and c.mode.value != "NONE" and models_dir:
+            from graphmode.selector.graphconfig import described_capture_in  # capture sizes for the description
+            c.capture = capture_keys(described_capture_in(models_dir, model_id, target, workload, c.mode.value,
+                                                          vllm_args or [], served_config, c.notes))
         c.elapsed_ms = (time.perf_counter() - t0) * 1e3
         return c
 

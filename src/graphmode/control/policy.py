@@ -309,12 +309,9 @@ def capture_decision(policy: Policy, state: PolicyState, mode: str, vllm_args: l
                      startup_s: float | None) -> tuple[Decision, list[str] | None]:
     """Whether to restart ``mode``'s server with the capture sizes chosen for ``steps`` (a StepSizes), and
     the vLLM args to restart with (``None`` unless the decision is a switch)."""
-    from graphmode.selector.capture import (
-        choose_capture_sizes,
-        default_capture_sizes,
-        list_stats,
-        step_distribution,
-    )
+    from graphmode.selector.capture import choose_capture_sizes
+    from graphmode.selector.capture_costs import default_capture_sizes
+    from graphmode.selector.capture_steps import list_stats, step_distribution
     from graphmode.selector.graphconfig import int_flag
     from graphmode.vllm_args import user_capture_sizes, with_compilation_config
 

@@ -33,12 +33,6 @@ BackendSource = Literal["log", "args", "env"]
 ELEMENTS: tuple[str, ...] = (
     "tensor_parallel_size", "attention_backend", "quantization", "speculative", "max_num_seqs", "max_model_len",
 )
-# Shape-dict keys a configuration adds to a model shape (selector.featurize.shape_of_row, card shapes).
-SHAPE_FIELDS: tuple[str, ...] = (
-    "attention_backend", "attention_backend_requested", "speculative_method", "speculative_k", "quantization",
-    "max_num_seqs", "max_model_len", "tensor_parallel_size", "api_server_count", "num_active_params_b",
-    "deployment_unknown",
-)
 
 
 class DeploymentError(ValueError):
@@ -167,7 +161,8 @@ class DeploymentConfig(BaseModel):
 
     # ------------------------------------------------------------------ views
     def shape_fields(self) -> dict[str, Any]:
-        """The fields a model shape carries for this configuration (keys: :data:`SHAPE_FIELDS`)."""
+        """The fields a model shape carries for this configuration (selector.featurize.shape_of_row, card
+        shapes)."""
         return {
             "attention_backend": self.attention_backend,
             "attention_backend_requested": self.attention_backend_requested,

@@ -87,10 +87,6 @@ class StepSizes(_Flat):
             raise ValueError("running values and their counts must be non-negative")
         return self
 
-    @property
-    def n_steps(self) -> float:
-        return sum(self.steps)
-
     def per_engine_step(self, api_servers: int | None = None) -> StepSizes:
         """The histogram as tokens per engine step.
 

@@ -18,10 +18,22 @@ DEFAULT_GRID = PACKAGE_DIR / "data" / "default_grid.yaml"
 RACE_GRID = PACKAGE_DIR / "data" / "race_grid.yaml"
 
 
-def _default_models_dir() -> Path:
-    # A source checkout keeps its models next to the package; an installed wheel has none.
-    repo_models = PACKAGE_DIR.parent.parent / "models"
-    return repo_models if repo_models.is_dir() else Path.cwd() / "models"
+BUNDLED_MODELS = PACKAGE_DIR / "bundled_models"  # a wheel's copy of the repository's models/ (setup.py)
+
+
+def _default_models_dir(package_dir: Path = PACKAGE_DIR, cwd: Path | None = None) -> Path:
+    """Where the model registry is when no setting names it.
+
+    A source checkout keeps its models beside the package (``models/``). An installed wheel uses
+    ``./models`` where the working directory has one (a user's own registry), else the trained models the
+    wheel bundles, so ``graphmode recommend`` answers from any directory right after ``pip install``.
+    """
+    repo_models = package_dir.parent.parent / "models"
+    if repo_models.is_dir():
+        return repo_models
+    local = (cwd if cwd is not None else Path.cwd()) / "models"
+    bundled = package_dir / BUNDLED_MODELS.name
+    return local if local.is_dir() or not bundled.is_dir() else bundled
 
 
 class VllmSettings(BaseModel):
@@ -110,7 +122,9 @@ class SelectorSettings(BaseModel):
     models_dir: Path = Field(
         default_factory=_default_models_dir,
         description="Model registry: one folder per trained model.",
-        json_schema_extra={"doc_default": "`models/` of a source checkout, else `./models`"},
+        json_schema_extra={
+            "doc_default": "`models/` of a source checkout, else `./models` if it exists, else the wheel's models"
+        },
     )
     objective: str = Field(default="itl_p50", description="Metric the recommendation optimises when none is given.")
     model_id: str | None = Field(
@@ -125,7 +139,10 @@ class ServiceSettings(BaseModel):
     reveal nothing but whether they answer Prometheus text), at most 8 at once (429 + Retry-After beyond),
     ``window_s`` above ``open_max_window_s`` only with the token. Slow or oversized clients: request head
     within ``header_timeout_s``, body within ``body_timeout_s`` (408 and close), heads up to
-    ``max_header_bytes`` (else 400), idle keep-alive ``keep_alive_s``, at most ``max_connections`` (503)."""
+    ``max_header_bytes`` (else 431, or 400 from uvicorn when the head comes in several reads), idle keep-alive
+    ``keep_alive_s``, at most ``max_connections`` (503), at most ``max_connections_per_client`` from one
+    address (503 and close). Overload: at most ``max_in_flight`` requests in progress and the event loop at
+    most ``max_queue_s`` behind, else ``/v1/recommend`` gets 503 with Retry-After at once (other paths never)."""
 
     host: str = Field(default="127.0.0.1", description="Address `graphmode serve` binds to.")
     port: int = Field(default=8080, ge=1, le=65535, description="Port `graphmode serve` listens on.")
@@ -150,12 +167,21 @@ class ServiceSettings(BaseModel):
     # A scrape holds one of a few slots for window_s; a caller without the token may hold one briefly only.
     open_max_window_s: float = Field(default=5.0, gt=0, description="longest window_s without the token")
     # Slow clients: a request's head must arrive within header_timeout_s of its first byte (or of the
-    # connection), its body within body_timeout_s per read; heads larger than max_header_bytes get 400.
+    # connection), its body within body_timeout_s per read; heads larger than max_header_bytes get 431 (400).
     header_timeout_s: float = Field(default=10.0, gt=0, description="Seconds for a request head to arrive.")
     body_timeout_s: float = Field(default=10.0, gt=0, description="Seconds per read of a request body.")
     keep_alive_s: float = Field(default=5.0, gt=0, description="idle keep-alive connections close after this")
-    max_header_bytes: int = Field(default=16 * 1024, ge=1024, description="Largest request head; larger gets 400.")
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024, description="Largest request head; larger gets 431.")
     max_connections: int = Field(default=1000, ge=1, description="open connections and requests at once")
+    # One client (one IP address) may not hold every connection: past this many, its new ones are answered
+    # 503 and closed, so /healthz and other clients still get in.
+    max_connections_per_client: int = Field(
+        default=100, ge=1, description="open connections from one client address; more get 503 and close")
+    # Load shedding: past capacity, a fast 503 + Retry-After instead of a queue that grows to timeouts.
+    max_in_flight: int = Field(default=256, ge=1, description="recommend requests in progress at once; more get 503")
+    max_queue_s: float = Field(
+        default=0.025, gt=0, allow_inf_nan=False,
+        description="seconds the event loop may run behind before new recommend requests get 503 (+ Retry-After)")
     # `serve --workers N`: each worker polls the models dir's reload stamp and follows another's reload.
     reload_poll_s: float = Field(
         default=1.0, ge=0, allow_inf_nan=False,

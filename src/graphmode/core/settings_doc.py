@@ -1,12 +1,12 @@
-"""The settings reference in docs/operations.md, rendered from :class:`~graphmode.core.settings.Settings`.
+"""The settings reference in docs/reference/settings.md, rendered from :class:`~graphmode.core.settings.Settings`.
 
 Every setting becomes one table row: its environment variable (``GRAPHMODE_GROUP__FIELD``), type with its
 bounds, default and the ``Field`` description. The table sits between two markers in the document, so it is
 regenerated rather than edited, and a unit test fails when the committed table no longer matches the model::
 
     python -m graphmode.core.settings_doc                            # print the table
-    python -m graphmode.core.settings_doc --write docs/operations.md # replace the table between the markers
-    python -m graphmode.core.settings_doc --check docs/operations.md # exit 1 when the table is stale
+    python -m graphmode.core.settings_doc --write docs/reference/settings.md # replace the table between the markers
+    python -m graphmode.core.settings_doc --check docs/reference/settings.md # exit 1 when the table is stale
 """
 
 from __future__ import annotations

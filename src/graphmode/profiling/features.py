@@ -5,10 +5,17 @@ The profiler (offline, one window per measured cell) and the live ``watch`` cont
 quantities it was trained on. Changing a definition below changes that contract: retrain after.
 
 Window
-    Snapshots are taken in time order (sorted by ``t`` if they are not). If a cumulative counter goes
-    *down* between two consecutive snapshots the server restarted, and the window starts at the first
+    Snapshots are taken in time order (sorted by ``t`` if they are not). If a cumulative value (a counter,
+    or a histogram's count, sum or any bucket) goes *down* from the last snapshot that had it, the server
+    restarted (Prometheus reads any decrease of a counter as a reset), and the window starts at the first
     snapshot after the last such reset; everything below, gauge statistics included, uses only that
     part. ``window_s = t_last - t_first``; ``n_samples`` = snapshots in the window.
+
+Range
+    Every feature is held to the rules a ``features`` body of the service is held to
+    (:func:`feature_range_error`: finite, >= 0, at most :data:`FEATURE_MAX`, KV-cache usage at most 100):
+    a value outside them (a server exporting absurd counters) is dropped (``None``), never returned, so a
+    scraped feature can be neither negative nor beyond what the estimators can take.
 
 Δ quantities (need >= 2 snapshots and ``window_s > 0``; otherwise ``None``)
     ``Δx = x(last) - x(first)`` of a cumulative counter or histogram, summed over label sets.
@@ -88,6 +95,25 @@ from collections.abc import Iterator, Sequence
 from graphmode.core.records import ObservedFeatures, StepSizes, split_decode_mixed
 from graphmode.profiling.metrics import Histogram, MetricsSnapshot
 
+# Upper bounds of observed features: far above any server's traffic (a billion requests or tokens per
+# second, a billion-token mean), far below where the estimators' arithmetic would overflow (1e154 in one
+# feature once answered 500). KV-cache usage is a fraction (older vLLM: a percentage). The service's
+# ``features`` body and scraped features are held to the same bounds.
+FEATURE_MAX = 1e9
+FEATURE_MAX_BY_NAME = {"kv_usage_mean": 100.0, "kv_usage_max": 100.0, "batch_var": 1e18}
+
+
+def feature_range_error(name: str, value: float) -> str | None:
+    """Why ``value`` is not a valid observed feature ``name`` (negative, not finite, above its bound), or None."""
+    if not math.isfinite(value):
+        return f"{name} must be a finite number, got {value}"
+    if value < 0:
+        return f"{name} must be >= 0, got {value}"
+    top = FEATURE_MAX_BY_NAME.get(name, FEATURE_MAX)
+    if value > top:
+        return f"{name} must be <= {top:g}, got {value:.3g}: not a server's traffic"
+    return None
+
 
 def compute_features(snapshots: Sequence[MetricsSnapshot]) -> ObservedFeatures:
     """The :class:`ObservedFeatures` of ``snapshots`` (see the module docstring for definitions)."""
@@ -117,7 +143,7 @@ def compute_features(snapshots: Sequence[MetricsSnapshot]) -> ObservedFeatures:
     d_accepted = _delta(first.spec_decode_accepted_tokens_total, last.spec_decode_accepted_tokens_total)
     accepted_per_draft = _ratio(d_accepted, d_drafts) if has_deltas else None
 
-    return ObservedFeatures(
+    return _in_range(
         window_s=window_s,
         n_samples=len(window),
         arrival_rate=_arrival_rate(first, last, window_s) if has_deltas else None,
@@ -149,6 +175,12 @@ def compute_features(snapshots: Sequence[MetricsSnapshot]) -> ObservedFeatures:
         spec_acceptance_rate=_ratio(d_accepted, d_draft_tokens) if has_deltas else None,
         spec_accept_length=None if accepted_per_draft is None else 1.0 + accepted_per_draft,
     )
+
+
+def _in_range(**values: float | None) -> ObservedFeatures:
+    """The features, each value outside :func:`feature_range_error`'s rules dropped (see Range above)."""
+    kept = {k: (None if v is not None and feature_range_error(k, v) else v) for k, v in values.items()}
+    return ObservedFeatures.model_validate(kept)
 
 
 def server_latency(snapshots: Sequence[MetricsSnapshot]) -> tuple[float | None, float | None]:
@@ -233,11 +265,6 @@ class FeatureWindow:
         return compute_step_sizes(list(self._snapshots))
 
     @property
-    def span_s(self) -> float:
-        """Seconds between the oldest and newest snapshot held (0 with fewer than two)."""
-        return self._snapshots[-1].t - self._snapshots[0].t if len(self._snapshots) >= 2 else 0.0
-
-    @property
     def snapshots(self) -> tuple[MetricsSnapshot, ...]:
         return tuple(self._snapshots)
 
@@ -250,15 +277,23 @@ class FeatureWindow:
 
 def counters_reset(prev: MetricsSnapshot, cur: MetricsSnapshot) -> bool:
     """Whether any cumulative value went down from ``prev`` to ``cur``, i.e. the server restarted."""
-    return any(p is not None and c is not None and c < p for p, c in _cumulative_pairs(prev, cur))
+    before = dict(_cumulative(prev))
+    return any(k in before and v < before[k] for k, v in _cumulative(cur))
 
 
 def since_last_reset(snapshots: Sequence[MetricsSnapshot]) -> list[MetricsSnapshot]:
-    """The tail of time-ordered ``snapshots`` that starts after the last counter reset."""
+    """The tail of time-ordered ``snapshots`` that starts after the last counter reset.
+
+    Each cumulative value is compared with the last snapshot that had it, so a reset hidden behind a scrape
+    where the value was absent or unreadable is still a reset.
+    """
     start = 0
-    for i in range(1, len(snapshots)):
-        if counters_reset(snapshots[i - 1], snapshots[i]):
-            start = i
+    seen: dict[tuple[str, float], float] = {}
+    for i, snap in enumerate(snapshots):
+        for key, value in _cumulative(snap):
+            if key in seen and value < seen[key]:
+                start = i
+            seen[key] = value
     return list(snapshots[start:])
 
 
@@ -284,25 +319,39 @@ def binned_cv(cumulative: Sequence[tuple[float, float]]) -> float | None:
     return math.sqrt(var) / mean
 
 
-def _cumulative_pairs(
-    prev: MetricsSnapshot, cur: MetricsSnapshot
-) -> Iterator[tuple[float | None, float | None]]:
-    yield prev.prompt_tokens_total, cur.prompt_tokens_total
-    yield prev.generation_tokens_total, cur.generation_tokens_total
-    yield prev.request_success_total, cur.request_success_total
-    yield prev.num_preemptions_total, cur.num_preemptions_total
-    yield prev.process_cpu_seconds_total, cur.process_cpu_seconds_total  # a new API server process starts at 0
-    yield prev.spec_decode_draft_tokens_total, cur.spec_decode_draft_tokens_total
-    for p, c in (
-        (prev.iteration_tokens, cur.iteration_tokens),
-        (prev.request_prompt_tokens, cur.request_prompt_tokens),
-        (prev.request_generation_tokens, cur.request_generation_tokens),
-    ):
-        yield (p.count if p else None), (c.count if c else None)
+def _cumulative(snap: MetricsSnapshot) -> Iterator[tuple[tuple[str, float], float]]:
+    """Every cumulative value ``snap`` has, keyed by (name, bucket edge; 0 for a plain counter)."""
+    counters = {
+        "prompt_tokens": snap.prompt_tokens_total,
+        "generation_tokens": snap.generation_tokens_total,
+        "request_success": snap.request_success_total,
+        "num_preemptions": snap.num_preemptions_total,
+        "process_cpu_seconds": snap.process_cpu_seconds_total,  # a new API server process starts at 0
+        "spec_decode_drafts": snap.spec_decode_drafts_total,
+        "spec_decode_draft_tokens": snap.spec_decode_draft_tokens_total,
+        "spec_decode_accepted_tokens": snap.spec_decode_accepted_tokens_total,
+    }
+    for name, value in counters.items():
+        if value is not None:
+            yield (name, 0.0), value
+    histograms = {
+        "iteration_tokens": snap.iteration_tokens,
+        "request_prompt_tokens": snap.request_prompt_tokens,
+        "request_generation_tokens": snap.request_generation_tokens,
+        "time_to_first_token": snap.time_to_first_token,
+        "inter_token_latency": snap.inter_token_latency,
+    }
+    for name, h in histograms.items():
+        if h is not None:
+            yield (name + ":count", 0.0), h.count
+            yield (name + ":sum", 0.0), h.sum
+            for le, c in h.buckets:
+                yield (name + ":bucket", le), c
 
 
 def _delta(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else b - a
+    # A cumulative value never goes down inside a window (that is a reset, which starts a new window).
+    return None if a is None or b is None or b < a else b - a
 
 
 def _rate(delta: float | None, dt: float) -> float | None:
@@ -315,11 +364,11 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 
 def _arrival_rate(first: MetricsSnapshot, last: MetricsSnapshot, dt: float) -> float | None:
     d_success = _delta(first.request_success_total, last.request_success_total)
-    d_running = _delta(first.num_requests_running, last.num_requests_running)
-    d_waiting = _delta(first.num_requests_waiting, last.num_requests_waiting)
-    if d_success is None or d_running is None or d_waiting is None:
+    r0, r1 = first.num_requests_running, last.num_requests_running
+    w0, w1 = first.num_requests_waiting, last.num_requests_waiting
+    if d_success is None or r0 is None or r1 is None or w0 is None or w1 is None:
         return None
-    return max(d_success + d_running + d_waiting, 0.0) / dt
+    return max(d_success + (r1 - r0) + (w1 - w0), 0.0) / dt  # gauges: they may go down
 
 
 def _hist_delta(first: Histogram | None, last: Histogram | None) -> Histogram | None:
@@ -329,6 +378,8 @@ def _hist_delta(first: Histogram | None, last: Histogram | None) -> Histogram | 
     # in case a scrape caught something odd.
     before = dict(first.buckets)
     buckets = [(le, c - before[le]) for le, c in last.buckets if le in before]
+    if last.sum < first.sum or last.count < first.count or any(c < 0 for _, c in buckets):
+        return None  # went down: a reset, which since_last_reset keeps out of a window
     return Histogram(sum=last.sum - first.sum, count=last.count - first.count, buckets=buckets)
 
 

@@ -104,12 +104,6 @@ class Workload(BaseModel):
             payload.pop("adaptive", None)  # rows measured before adaptive windows existed keep their hash
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
 
-    @property
-    def expected_requests(self) -> int:
-        """Requests in the longest run (warm-up and window at their bounds)."""
-        n = int(self.rate * self.duration_s)
-        return min(n, self.max_requests) if self.max_requests else n
-
 
 class _Shape(BaseModel):
     model_config = ConfigDict(extra="forbid")

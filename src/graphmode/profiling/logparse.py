@@ -9,17 +9,15 @@ the case a profiler has to report on.
 from __future__ import annotations
 
 import ast
-import os
 import re
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from graphmode.core.records import StartupInfo
 
-__all__ = ["CUDAGRAPH_MODES", "LogTail", "parse_startup_log", "parse_startup_log_file"]
+__all__ = ["CUDAGRAPH_MODES", "parse_startup_log"]
 
 CUDAGRAPH_MODES: Final = frozenset({"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"})
 
@@ -337,32 +335,3 @@ def parse_startup_log(text: str, requested_mode: str | None = None) -> StartupIn
         requested_mode=requested,
         effective_mode=_effective_mode(logged_mode, requested, captured),
     )
-
-
-def parse_startup_log_file(path: str | os.PathLike[str], requested_mode: str | None = None) -> StartupInfo:
-    """:func:`parse_startup_log` on a file, undecodable bytes replaced; ``OSError`` if it cannot be read."""
-    with open(path, "rb") as handle:
-        data = handle.read()
-    return parse_startup_log(data.decode("utf-8", errors="replace"), requested_mode)
-
-
-class LogTail:
-    """The last ``maxlen`` lines of a growing log, so a server's output can be kept without keeping it all."""
-
-    def __init__(self, maxlen: int = 2000) -> None:
-        if maxlen < 1:
-            raise ValueError(f"maxlen must be at least 1, got {maxlen}")
-        self._lines: deque[str] = deque(maxlen=maxlen)
-
-    def feed(self, line: str | bytes) -> None:
-        """Add one line (or a chunk of several); its trailing newline is dropped."""
-        if isinstance(line, bytes):
-            line = line.decode("utf-8", errors="replace")
-        self._lines.extend(line.removesuffix("\n").split("\n"))
-
-    def text(self) -> str:
-        """The kept lines joined with newlines."""
-        return "\n".join(self._lines)
-
-    def __len__(self) -> int:
-        return len(self._lines)

@@ -22,6 +22,12 @@ is the same whether or not the text carried ``# TYPE`` lines.
 CPU seconds of the process that served ``/metrics``, which for vLLM is the API server (the frontend that
 tokenizes, detokenizes and streams). Multiprocess Prometheus setups (several API servers) do not
 register that collector, so it is then absent.
+
+Values no vLLM exports are unreadable, not errors: a metric with any sample that is NaN, ±Inf, negative or
+above :data:`SAMPLE_MAX` (or a histogram with such a bucket edge) is ``None``
+in that snapshot, as if the server did not expose it. The features are then computed from what is left (a
+counter that reappears lower than it was counts as a reset), and no arithmetic downstream can overflow: a
+server exporting ``vllm:num_requests_running 1e308`` or ``-3`` says nothing about its traffic.
 """
 
 from __future__ import annotations
@@ -59,6 +65,10 @@ REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"
 REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
 TIME_TO_FIRST_TOKEN = "vllm:time_to_first_token_seconds"
 INTER_TOKEN_LATENCY_NAMES = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+
+# Largest sample value read (counters, gauges, histogram sums, counts and edges): a billion tokens a second
+# for thirty years stays below it, and sums and squares of such values stay far from float overflow.
+SAMPLE_MAX = 1e18
 
 _T = TypeVar("_T")
 _Labels = dict[str, str]
@@ -203,8 +213,16 @@ def _first(read: Callable[[str], _T | None], names: Iterable[str]) -> _T | None:
     return None
 
 
+def readable(value: float) -> bool:
+    """Whether a sample value (or a finite bucket edge) is one a vLLM server can export: finite, >= 0 and at
+    most :data:`SAMPLE_MAX`."""
+    return math.isfinite(value) and 0.0 <= value <= SAMPLE_MAX
+
+
 def _sum(values: list[tuple[_Labels, float]] | None) -> float | None:
-    return math.fsum(v for _, v in values) if values else None
+    if not values or not all(readable(v) for _, v in values):
+        return None  # absent, or unreadable (see the module docstring)
+    return math.fsum(v for _, v in values)
 
 
 def _counter(index: _Index, name: str) -> float | None:
@@ -219,7 +237,8 @@ def _gauge_sum(index: _Index, name: str) -> float | None:
 
 def _gauge_mean(index: _Index, name: str) -> float | None:
     values = index.get(name)
-    return math.fsum(v for _, v in values) / len(values) if values else None
+    total = _sum(values)
+    return None if total is None or not values else total / len(values)
 
 
 def _histogram(index: _Index, name: str) -> Histogram | None:
@@ -231,7 +250,10 @@ def _histogram(index: _Index, name: str) -> Histogram | None:
         le = labels.get("le")
         if le is None:
             continue
-        by_le[_parse_le(le)] += value
+        edge = _parse_le(le)
+        if not (readable(value) and (edge == math.inf or readable(edge))):
+            return None  # unreadable (see the module docstring)
+        by_le[edge] += value
     return Histogram(sum=total, count=count, buckets=sorted(by_le.items()))
 
 

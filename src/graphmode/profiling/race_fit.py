@@ -1,18 +1,17 @@
 """Do a race's resident engines fit the GPU? Checked before any engine starts.
 
 A race keeps every arm's engine (× ``replicas``) resident on one GPU. When they do not fit, the last
-engines to allocate fail at start-up with CUDA out-of-memory or a negative KV cache, minutes into a lease:
-a clear refusal up front, naming how many would fit, costs nothing. The estimate per engine is the
+engines to allocate fail at start-up with CUDA out-of-memory or a negative KV cache, minutes into the GPU
+time: a clear refusal up front, naming how many would fit, costs nothing. The estimate per engine is the
 weights (parameters from config.json × bytes per parameter: 1 for FP8 checkpoints or ``--quantization
 fp8``, else 2), the KV cache the race gives each engine (``--kv-cache-memory-bytes``), and an overhead
 for the CUDA context, activations and graphs: 4 GiB. Measured per engine by NVML in race cells on the H200
-(``engine_gpu_gib`` less weights and KV cache, vLLM 0.33, 2026-12-03): 1.69 GiB (Llama-3.2-1B, twelve
-engines resident), 1.99 (Llama-3.1-8B, 1024-size list), 1.93 (8B FP8); twice that covers the start-up
-peak, when engines that start side by side run their dummy forward at the full token budget together.
-It was 6 GiB until then, which refused twelve 1B engines at 4 GiB of KV each (148 GiB against 140) that
-would have used ~105. With ``--gpu-memory-utilization`` shares
-instead, the shares must add up to at most 1. Without a GPU (no NVML) or without a readable config.json
-there is nothing to check.
+(``engine_gpu_gib`` less weights and KV cache, vLLM 0.33): 1.69 GiB (Llama-3.2-1B, twelve engines
+resident), 1.99 (Llama-3.1-8B, 1024-size list), 1.93 (8B FP8); twice that covers the start-up peak, when
+engines that start side by side run their dummy forward at the full token budget together. A larger
+overhead refuses races that fit: 6 GiB would refuse twelve 1B engines at 4 GiB of KV each (148 GiB against
+140) that use ~105. With ``--gpu-memory-utilization`` shares instead, the shares must add up to at most 1.
+Without a GPU (no NVML) or without a readable config.json there is nothing to check.
 """
 
 from __future__ import annotations
@@ -92,7 +91,8 @@ def fit_problem(engines: int, vllm_args: Sequence[str], gpu_gib: float | None, k
     if total <= gpu_gib:
         return None
     fit = int(gpu_gib // per_engine)
-    # the largest whole GiB of KV cache with which all of them fit (lease 8 guessed 3G after 4G was refused)
+    # the largest whole GiB of KV cache with which all of them fit, named so that a refused race is not
+    # retried on a guess (on the H200, 4G per engine was refused and a guessed 3G was retried)
     kv_max = math.floor(gpu_gib / engines - w - ENGINE_OVERHEAD_GIB)
     less = (f"or give each engine at most {kv_max}G of KV cache (--kv-cache-memory-bytes)" if kv_max >= 1
             else "and the weights alone leave no GiB of KV cache for that many")

@@ -28,6 +28,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from graphmode.core.errors import ConfigError
@@ -74,9 +75,6 @@ def parse_sizes_arm(text: str) -> SizesArm:
     if not sep or not name or not value:
         raise ConfigError(f"--sizes-arm {text!r}: expected NAME=SIZE,SIZE,... (e.g. low=1,2,4,8,16)")
     if value.startswith("@"):
-        import json
-        from pathlib import Path
-
         try:
             raw: Any = json.loads(Path(value[1:]).read_text())
         except (OSError, ValueError) as exc:

@@ -1,9 +1,14 @@
-"""``graphmode report``: one self-contained HTML report of a measurement campaign.
+"""``graphmode report``: one HTML page that leads with the decision, then the evidence behind it.
 
-Modules: :mod:`.data` (datasets → cells, verdicts, headline, Pareto points; no plotting),
-:mod:`.decision` (the trained model: loading, cross-validation, decision map over a feature grid),
-:mod:`.figures` (plotly figures), :mod:`.html` (tables and the page), :mod:`.build` (end to end).
-plotly is imported only when a report is built (``pip install 'graphmode[report]'``).
+Data: :mod:`.load` (datasets → views), :mod:`.views` (cells, workloads, shapes: what the page shows),
+:mod:`.analysis` (per-workload verdicts, the headline, the Pareto front), :mod:`.configs` (rows per deployment
+configuration and vLLM release, each raced on its own rows), :mod:`.shapes` (model-shape names).
+Sections: :mod:`.decide` (per GPU × vLLM release: race verdicts and the bundled model's answers),
+:mod:`.decision` (the trained model: loading, cross-validation, decision map), :mod:`.capture` (capture
+sizes), :mod:`.race` (a model card's race verdicts), :mod:`.arms` (each arm's engine memory and start-up).
+Output: :mod:`.table` and :mod:`.tables` (tables as data), :mod:`.figures` (plotly figures), :mod:`.html`
+(the Jinja page, autoescaped), :mod:`.build` (end to end). The package is the ``report`` extra
+(``pip install 'graphmode[report]'``): the CLI imports it only when a report is built.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Per arm, from its ok race rows (one model shape and configuration at a time):
 
 * ``engine_gpu_gib``: the mean over the arm's starts of what NVML charged to the engine's own processes
-  (``engine_gpu_gib``, recorded since 2026-12-02). With the KV cache fixed per engine
+  (``engine_gpu_gib``; older rows lack it). With the KV cache fixed per engine
   (``--kv-cache-memory-bytes``) an arm's difference to the default's engine is its graphs' (and compiled
   code's) memory; two engines of one mode in one wave landed 0.2 GiB apart on the H200, so smaller
   differences are not graph memory. vLLM's own "took X GiB" is not used: it is device-wide, and a race

@@ -10,16 +10,15 @@ pooled.
 
 from __future__ import annotations
 
-import html
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphmode.core.deployment import DeploymentConfig, deployment_of_row
+from graphmode.core.deployment import deployment_of_row
 from graphmode.report.arms import ArmCost, arm_costs
-from graphmode.report.arms import table as arm_table
+from graphmode.report.shapes import shape_labels
 from graphmode.selector.featurize import shape_key, shape_of_row
 from graphmode.selector.verdicts import RaceVerdict, race_verdicts
 
@@ -35,10 +34,6 @@ def release(version: Any) -> str | None:
     if version is None or str(version).strip() == "":
         return None
     return str(version).split("+", 1)[0].strip()
-
-
-def _known(dep: DeploymentConfig, element: str) -> bool:
-    return element not in dep.unknown
 
 
 def config_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -135,8 +130,6 @@ def configurations(rows: Iterable[Mapping[str, Any]], names: Mapping[str, str] |
 
     ``names`` maps config hashes to model-shape names (``models/shapes`` file stems).
     """
-    from graphmode.report.data import shape_labels
-
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = defaultdict(list)
     for r in rows:
         groups[config_key(r)].append(r)
@@ -146,16 +139,17 @@ def configurations(rows: Iterable[Mapping[str, Any]], names: Mapping[str, str] |
         c.rows = len(grows)
         ok = [r for r in grows if r.get("status") == "ok"]
         c.ok_rows = len(ok)
+        skeys: dict[int, str] = {}  # id(row) -> shape key (shape_of_row reads the deployment: once a row)
         for r in grows:
             shape = shape_of_row(r)
-            skey = shape_key(shape)
+            skey = skeys[id(r)] = shape_key(shape)
             c.shapes.setdefault(skey, shape_labels(shape, names or {})[1])
             c.shape_rows[skey] = c.shape_rows.get(skey, 0) + (r.get("status") == "ok")
         c.verdicts = race_verdicts(ok)
         by_shape: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
         for r in ok:
             if r.get("race_arm"):
-                by_shape[shape_key(shape_of_row(r))].append(r)
+                by_shape[skeys[id(r)]].append(r)
         c.costs = {skey: arm_costs(srows) for skey, srows in by_shape.items()}
         out.append(c)
     out.sort(key=lambda c: (c.key[0], _version_order(c.key[1]), c.label))
@@ -185,59 +179,3 @@ def markdown(configs: Sequence[Configuration]) -> list[str]:
 
 def _md_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |"
-
-
-# ---------------------------------------------------------------- HTML (the page)
-_SCRIPT = ("<script>function gmCfg(v){document.querySelectorAll('#configurations .cfg').forEach("
-           "function(e){e.style.display=(v==='all'||e.id===v)?'':'none';});}</script>")
-
-
-def section(configs: Sequence[Configuration]) -> str:
-    """A filter (one option per configuration) and, per configuration, its shapes and verdict tables."""
-    if not configs:
-        return ""
-    options = "".join(f"<option value='{c.slug}'>{html.escape(c.label)}</option>" for c in configs)
-    parts = ["<section id='configurations'><h3>Configurations <span class='muted' style='font-weight:400'>— "
-             "rows grouped by deployment (attention backend as vLLM resolved it, speculative decoding, "
-             "quantization, batch and length limits, TP, MoE) and vLLM release; each configuration's races "
-             "are decided on its own rows</span></h3>",
-             "<p><label for='gm-cfg'>configuration </label><select id='gm-cfg' onchange='gmCfg(this.value)'>"
-             f"<option value='all'>all ({len(configs)})</option>{options}</select></p>"]
-    for c in configs:
-        shapes = ", ".join(f"{html.escape(n)} ({c.shape_rows.get(k, 0)} ok rows)"
-                           for k, n in sorted(c.shapes.items(), key=lambda kv: kv[1]))
-        parts.append(f"<div class='cfg' id='{c.slug}' data-config='{html.escape(c.label, quote=True)}'>"
-                     f"<h4>{html.escape(c.label)}</h4><p class='muted'>{c.ok_rows} ok rows of {c.rows}; "
-                     f"shapes: {shapes}</p>")
-        tables = c.tables()
-        if not tables:
-            parts.append("<p class='note'>Not raced in this configuration: no verdicts.</p>")
-        for name, head, rows in tables:
-            parts.append(f"<h5>{html.escape(name)}: each mode against vLLM's default (ratio, 95% interval, "
-                         f"n rounds, s engine starts)</h5>" + _html_table(head, rows))
-        for skey, name in sorted(c.shapes.items(), key=lambda kv: kv[1]):
-            costs = arm_table(c.costs.get(skey, {}))
-            if costs is not None:
-                parts.append(f"<h5>{html.escape(name)}: each arm's engine (GPU memory NVML charged to its own "
-                             "processes, KV fixed per engine, so the difference to the default is graphs; start-up "
-                             "in its start wave)</h5>" + _html_table(*costs))
-        parts.append("</div>")
-    parts.append(_SCRIPT + "</section>")
-    return "".join(parts)
-
-
-def insert_section(page: str, configs: Sequence[Configuration]) -> str:
-    sec = section(configs)
-    if not sec:
-        return page
-    for anchor in ("<section id='race'", "<section id='capture'", "<footer", "</main>"):
-        at = page.rfind(anchor)
-        if at >= 0:
-            return page[:at] + sec + page[at:]
-    return page + sec
-
-
-def _html_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"

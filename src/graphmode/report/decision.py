@@ -17,20 +17,22 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
-from graphmode.core.errors import ModelError
+from graphmode.core.errors import GraphmodeError, ModelError
 from graphmode.core.records import Fingerprint, ObservedFeatures
-from graphmode.report.data import ReportData, ShapeView
-
-if TYPE_CHECKING:
-    from graphmode.selector.card import CVReport, ModelCard
-    from graphmode.selector.recommend import Recommender
+from graphmode.report.views import ReportData, ShapeView
+from graphmode.selector.card import CV_FILE, CVReport, ModelCard
+from graphmode.selector.describe import WorkloadDescription
+from graphmode.selector.featurize import shape_key
+from graphmode.selector.recommend import Recommender
+from graphmode.selector.registry import list_models, select_model
 
 MAP_METRICS: tuple[str, ...] = ("itl_p50", "ttft_p50")
-DEFAULT_GRID_POINTS = 36
+DEFAULT_GRID_POINTS = 8
 _FALLBACK_RATE = (1.0, 64.0)
 _FALLBACK_RATIO = (0.1, 50.0)
 _FALLBACK_G = 256.0
@@ -52,11 +54,6 @@ class LoadedModel:
 
 def load_model(folder: Path) -> LoadedModel:
     """A model folder: card, artifact and ``cv.json`` (the card's copy if the file is missing)."""
-    from pydantic import ValidationError
-
-    from graphmode.selector.card import CV_FILE, CVReport
-    from graphmode.selector.recommend import Recommender
-
     folder = Path(folder)
     if not folder.is_dir():
         raise ModelError(f"no model folder at {folder}")
@@ -78,8 +75,6 @@ def load_model(folder: Path) -> LoadedModel:
 
 def default_model_folder(models_dir: Path, data: ReportData) -> Path | None:
     """The model ``graphmode recommend`` would use for the data's GPU and vLLM; None when there is none."""
-    from graphmode.selector.registry import list_models, select_model
-
     if not any(e.card is not None for e in list_models(models_dir)):
         return None
     hosts = data.hosts
@@ -136,10 +131,6 @@ def decision_maps(
     metrics: Sequence[str] = MAP_METRICS,
 ) -> list[DecisionMap]:
     """One :class:`DecisionMap` per model shape (see the module docstring)."""
-    from graphmode.selector.describe import WorkloadDescription
-    from graphmode.selector.featurize import shape_key
-    from graphmode.selector.recommend import Recommender
-
     card = model.card
     metrics = [m for m in metrics if m in card.workload_metrics]
     if not metrics:
@@ -210,8 +201,6 @@ def decision_maps(
 
 
 def _answer(rec: Recommender, feats: ObservedFeatures | dict[str, Any], metric: str) -> str | None:
-    from graphmode.core.errors import GraphmodeError
-
     try:
         return rec.recommend(feats, metric).mode
     except GraphmodeError:

@@ -8,17 +8,13 @@ from typing import Any
 
 from graphmode.core.errors import GraphmodeError
 from graphmode.core.modes import ALL_MODES
-from graphmode.report.data import (
-    BAR_METRICS,
+from graphmode.report.decision import DecisionMap, MeasuredPoint
+from graphmode.report.views import (
     DEFAULT,
     PARETO_METRICS,
     VIEWS,
-    Cell,
     ParetoPoint,
-    ShapeView,
-    WorkloadView,
 )
-from graphmode.report.decision import DecisionMap, MeasuredPoint
 
 MODE_COLORS: dict[str, str] = {
     "NONE": "#8c8c8c",
@@ -36,7 +32,6 @@ MODE_SHORT: dict[str, str] = {
 }
 SHAPE_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "pentagon", "hexagon")
 FONT = "Inter, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
-FACET_COLUMNS = 6
 
 
 def plotly_modules() -> tuple[Any, Any]:
@@ -86,171 +81,6 @@ def _menu(buttons: list[dict[str, Any]], y: float) -> dict[str, Any]:
             "font": {"size": 11}, "bgcolor": "#f3f4f6", "bordercolor": "#d1d5db", "active": 0}
 
 
-def _center(fig: Any, r: int, c: int, cols: int) -> tuple[float, float, float]:
-    """(x middle, y bottom, y top) of subplot (r, c) in paper coordinates."""
-    n = _axis(r, c, cols)
-    xd = fig.layout[f"xaxis{n}"].domain
-    yd = fig.layout[f"yaxis{n}"].domain
-    return (xd[0] + xd[1]) / 2, yd[0], yd[1]
-
-
-# ---------------------------------------------------------------- per-workload bars
-def facet_positions(workloads: Sequence[WorkloadView]) -> tuple[int, int, dict[str, tuple[int, int]]]:
-    """(rows, cols, workload key -> (row, col)), 1-based.
-
-    When every workload has a rate, burstiness and token lengths, the facets mirror the grid: one row
-    per (input, output) length pair (prefill-heavy first), one column per (rate, burstiness); otherwise
-    the workloads wrap :data:`FACET_COLUMNS` to a row.
-    """
-    structured = all(w.rate is not None and w.burstiness is not None and w.tokens for w in workloads)
-    if structured:
-        toks = sorted({w.tokens for w in workloads if w.tokens}, key=lambda t: (-t[0] / t[1], t))
-        cols = sorted({(w.rate, w.burstiness) for w in workloads},
-                      key=lambda c: (c[0] or 0.0, -(c[1] or 0.0)))
-        pos: dict[str, tuple[int, int]] = {}
-        for w in workloads:
-            t = w.tokens
-            assert t is not None
-            pos.setdefault(w.key, (toks.index(t) + 1, cols.index((w.rate, w.burstiness)) + 1))
-        if len(cols) <= 8 and len(set(pos.values())) == len(workloads):
-            return len(toks), len(cols), pos
-    n = max(len(workloads), 1)
-    ncols = min(FACET_COLUMNS, n)
-    return (n + ncols - 1) // ncols, ncols, {w.key: (i // ncols + 1, i % ncols + 1) for i, w in enumerate(workloads)}
-
-
-def _bar_hover(w: WorkloadView, cell: Cell, metric: str) -> str:
-    view = VIEWS[metric]
-    vals = cell.vals(metric)
-    lines = [f"<b>{w.label}</b> · {_mode_label(cell.mode)}",
-             f"{view.label}: mean {view.fmt(cell.mean(metric))} {view.unit}"]
-    if len(vals) >= 2:
-        cv = cell.cv(metric)
-        lines.append(f"{len(vals)} repeats: min {view.fmt(min(vals))}, max {view.fmt(max(vals))}"
-                     + (f", CV {cv:.1%}" if cv is not None else ""))
-    else:
-        ci = cell.ci_median(metric)
-        lines.append("1 repeat: no spread" + (f" (95% CI within its window ±{ci:.1%})" if ci is not None else ""))
-    v = w.verdicts.get(metric)
-    if v is not None:
-        if cell.mode == v.best:
-            lines.append("best mean" + (f"; tied within noise with {', '.join(v.ties[1:])}" if v.tied else ""))
-        elif cell.mode in v.ties:
-            lines.append(f"within noise of the best ({v.best})")
-        else:
-            best = v.values.get(v.best)
-            mine = v.values.get(cell.mode)
-            if best and mine:
-                worse = (mine / best - 1) * 100 if view.direction == "min" else (1 - mine / best) * 100
-                lines.append(f"{worse:.1f}% worse than {v.best}")
-    return "<br>".join(lines) + "<extra></extra>"
-
-
-def workload_figure(shape: ShapeView, metrics: Sequence[str] = BAR_METRICS) -> Any:
-    """Bars per mode (mean over repeats, whiskers min–max) for every workload of one shape, metric menu."""
-    go, make_subplots = plotly_modules()
-    metrics = [m for m in metrics if any(m in c.values for w in shape.workloads for c in w.cells.values())]
-    rows, cols, pos = facet_positions(shape.workloads)
-    titles = [""] * (rows * cols)
-    for w in shape.workloads:
-        r, c = pos[w.key]
-        titles[(r - 1) * cols + (c - 1)] = w.label
-    plot_h = max(160, 190 * rows - 40)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.035,
-                        vertical_spacing=min(52 / plot_h, 0.9 / max(rows - 1, 1)) if rows > 1 else 0.1)
-    base_annotations = list(fig.layout.annotations)
-    for a in base_annotations:
-        a.font = {"size": 11, "color": "#333"}
-    used = set(pos.values())
-    empty = []
-    for r in range(1, rows + 1):
-        for c in range(1, cols + 1):
-            if (r, c) not in used:
-                x, y0, y1 = _center(fig, r, c, cols)
-                empty.append({"text": "not measured", "showarrow": False, "font": {"size": 10, "color": "#aaa"},
-                              "xref": "paper", "yref": "paper", "x": x, "y": (y0 + y1) / 2})
-    visible: dict[str, list[bool]] = {m: [] for m in metrics}
-    notes: dict[str, list[dict[str, Any]]] = {m: [] for m in metrics}
-    for k, metric in enumerate(metrics):
-        view = VIEWS[metric]
-        for w in shape.workloads:
-            r, c = pos[w.key]
-            v = w.verdicts.get(metric)
-            missing = []
-            for mode in shape.modes:
-                cell = w.cells.get(mode)
-                if cell is None:
-                    continue
-                mean = cell.mean(metric)
-                if mean is None:
-                    missing.append(MODE_SHORT.get(mode, mode))
-                    continue
-                vals = cell.vals(metric)
-                lo, hi = min(vals), max(vals)
-                best = v is not None and mode == v.best
-                tied = v is not None and mode in v.ties and not best
-                fig.add_trace(
-                    go.Bar(
-                        x=[MODE_SHORT.get(mode, mode)],
-                        y=[mean * view.scale],
-                        error_y={"type": "data", "symmetric": False, "array": [(hi - mean) * view.scale],
-                                 "arrayminus": [(mean - lo) * view.scale], "visible": len(vals) >= 2,
-                                 "color": "#222", "thickness": 1.2, "width": 3},
-                        marker={"color": color(mode),
-                                "line": {"color": "#111" if best else "rgba(0,0,0,0)", "width": 2.5 if best else 0},
-                                "pattern": {"shape": "/" if tied else "", "fgcolor": "white", "size": 5}},
-                        name=_mode_label(mode),
-                        legendgroup=mode,
-                        showlegend=False,
-                        visible=k == 0,
-                        hovertemplate=_bar_hover(w, cell, metric),
-                    ),
-                    row=r,
-                    col=c,
-                )
-                for mm in metrics:
-                    visible[mm].append(mm == metric)
-            if missing:
-                why = ("ITL dropped: coalesced chunks" if metric.startswith("itl_") and any(
-                    w.cells[m].itl_dropped for m in w.cells) else "no value")
-                x, y0, y1 = _center(fig, r, c, cols)
-                notes[metric].append(
-                    {"text": f"{', '.join(missing)}: {why}", "showarrow": False,
-                     "font": {"size": 9, "color": "#b45309"}, "bgcolor": "rgba(255,255,255,0.8)",
-                     "xref": "paper", "yref": "paper", "x": x, "y": y1, "yanchor": "top"})
-    fig.update_xaxes(tickfont={"size": 9}, showgrid=False, fixedrange=True)
-    fig.update_yaxes(rangemode="tozero", tickfont={"size": 9}, gridcolor="#e5e5e5", zeroline=False)
-    for r in range(1, rows + 1):
-        fig.update_yaxes(title={"text": VIEWS[metrics[0]].unit if metrics else "", "font": {"size": 10}},
-                         row=r, col=1)
-    for mode in shape.modes:  # legend: plain colour swatches that toggle the mode in every panel
-        fig.add_trace(go.Bar(x=[None], y=[None], name=_mode_label(mode), legendgroup=mode,
-                             marker={"color": color(mode)}, showlegend=True, hoverinfo="skip"), row=1, col=1)
-        for mm in metrics:
-            visible[mm].append(True)
-    menu_y = _frame(fig, plot_height=plot_h, menu=len(metrics) > 1)
-    fig.update_layout(barmode="overlay", bargap=0.15, annotations=base_annotations + empty + notes.get(
-        metrics[0] if metrics else "", []))
-    if len(metrics) > 1:
-        buttons = []
-        for metric in metrics:
-            ytitles = {f"yaxis{_axis(r, 1, cols)}.title.text": VIEWS[metric].unit for r in range(1, rows + 1)}
-            buttons.append({
-                "label": f"{VIEWS[metric].label} ({VIEWS[metric].unit})",
-                "method": "update",
-                "args": [{"visible": visible[metric]},
-                         {"annotations": base_annotations + empty + notes[metric], **ytitles}],
-            })
-        fig.update_layout(updatemenus=[_menu(buttons, menu_y)])
-    return fig
-
-
-def _axis(r: int, c: int, cols: int) -> str:
-    n = (r - 1) * cols + c
-    return "" if n == 1 else str(n)
-
-
-# ---------------------------------------------------------------- decision map
 def decision_figure(maps: Sequence[DecisionMap], modes: Sequence[str] | None = None) -> Any:
     """The model's chosen mode over rate × ratio (heatmap), measured winners on top; menu per shape."""
     go, make_subplots = plotly_modules()

@@ -10,9 +10,8 @@ own engine starts), with the A/A arms' row as its control.
 
 from __future__ import annotations
 
-import html
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from graphmode.selector.card import ModelCard
 from graphmode.selector.noise import RaceNoise, noise_for
@@ -98,41 +97,5 @@ def markdown(card: ModelCard) -> list[str]:
     return lines[:-1]
 
 
-def section(card: ModelCard | None) -> str:
-    if card is None or not card.race:
-        return ""
-    parts = ["<section id='race'><h3>Races <span class='muted' style='font-weight:400'>— each mode against "
-             "vLLM's default in paired rounds on resident engines: geometric-mean ratio, 95% t interval, rounds "
-             "(the model card's verdicts, the ones recommendations act on)</span></h3>"]
-    for name, head, rows in tables(card):
-        parts.append(f"<h4>{html.escape(name)}</h4>" + _html_table(head, rows))
-    if (over := across(card)) is not None:
-        parts.append("<h4>Across races (t interval over the races' ratios, one race one sample)</h4>"
-                     + _html_table(*over))
-    parts.append("<p class='note'>A \"better\" from one engine start per arm is acted on only where paired "
-                 "campaign rounds or the model's other races agree: the A/A row is how far two starts of one mode "
-                 "sat apart (a restart alone), the last row how much one workload on one engine moved from round "
-                 "to round (the clock alone). Across races, each race is its own engine starts, so a start cannot "
-                 "put them all on one side; the A/A arms' row there should straddle 1.</p></section>")
-    return "".join(parts)
-
-
-def insert_section(page: str, card: ModelCard | None) -> str:
-    sec = section(card)
-    if not sec:
-        return page
-    for anchor in ("<section id='capture'", "<footer", "</main>"):
-        at = page.rfind(anchor)
-        if at >= 0:
-            return page[:at] + sec + page[at:]
-    return page + sec
-
-
 def _md_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
-
-
-def _html_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from graphmode.report.analysis import headline
 from graphmode.report.configs import markdown as configs_markdown
-from graphmode.report.data import ReportData, headline
 from graphmode.report.decision import LoadedModel
 from graphmode.report.race import markdown as race_markdown
+from graphmode.report.views import ReportData
 
 
 def _pct(v: float | None) -> str:

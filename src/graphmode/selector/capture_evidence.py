@@ -48,7 +48,8 @@ class WorkloadVerdict(BaseModel):
     race: str | None = Field(None, description="the race that measured it (dataset file:race id)")
     preemptions: tuple[float, float] | None = Field(
         None, description="mean preemptions a cell, (this list, the default), where either arm preempted: the "
-        "arms then ran different batches (H200 lease 12: 624 against 764 running), so the ratio is not the list's")
+        "arms then ran different batches (measured on the H200, vLLM 0.33, 8B at 768 in flight: 624 against 764 "
+        "running), so the ratio is not the list's")
     metric: str
     verdict: str
     ratio: float | None = None

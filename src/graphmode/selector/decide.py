@@ -70,13 +70,8 @@ def _complete(answer: Recommendation, rec: Recommender, request: Request,
     kwargs: dict[str, Any] = dict(step_sizes=request.step_sizes, vllm_args=list(request.vllm_args or []),
                                   served_config=served, budget=request.budget, model_folder=rec.folder,
                                   env=request.env)
-    try:
-        # the capture list predicted from the workload description: complete() takes it on the check branch
-        out = complete(answer, **kwargs, description=description)  # type: ignore[call-arg,unused-ignore]
-    except TypeError as exc:
-        if "description" not in str(exc):
-            raise
-        out = complete(answer, **kwargs)  # graphconfig.complete before it took a description
+    # a workload description predicts the step sizes the capture list is chosen for
+    out = complete(answer, **kwargs, description=description)
     if out.mode != answer.mode:  # vLLM would downgrade the chosen mode here: complete() said why, first
         out.findings.append(Finding(kind="downgraded", text=out.notes[len(answer.notes)]))
     return out

@@ -16,12 +16,13 @@ from __future__ import annotations
 # feature records the API server's). 0.9 leaves room for scrape jitter over a short window without
 # flagging a frontend that still has slack.
 FRONTEND_SATURATED_CORES = 0.9
-# What more API servers bought (H200, vLLM 0.33, Llama-3.2-1B shape, --max-num-seqs 1024, 2026-12-03; the
-# configuration races 1b-high-concurrency and 1b-high-concurrency-as4, docs/configs-campaign.md "Lease 4c"
-# and "Lease 6"): one API server at a full core, 9-15k output tokens/s and 200-474 running; with four,
-# 15-20k tokens/s and 490-733 running, the GPU still 21-53% busy and vLLM's processes at 2.8-3.3 cores in all
-# (their split was not recorded then). Saturated (2000 req/s against caps of 640-1024, "Lease 7"): the engine
-# core at 0.92-0.98 cores in every cell, the GPU 21-51% busy, and no mode beyond the noise.
+# What more API servers bought, measured on the H200, vLLM 0.33, Llama-3.2-1B shape, --max-num-seqs 1024 (the
+# configuration races 1b-high-concurrency and 1b-high-concurrency-as4, docs/lab/configs-campaign.md): one API
+# server at a full core, 9-15k output tokens/s and 200-474 running; with four, 15-20k tokens/s and 490-733
+# running, the GPU still 21-53% busy and vLLM's processes at 2.8-3.3 cores in all (their split was not
+# recorded). Saturated (race 1b-saturated-as4, 2000 req/s against caps of 640-1024): the engine core at
+# 0.92-0.98 cores in every cell, the GPU 21-51% busy, and no mode beyond the noise. So past one API server's
+# core the host, not the CUDA graph mode, sets the latency.
 
 
 def frontend_note(cores: float | None) -> str | None:

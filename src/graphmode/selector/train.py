@@ -200,7 +200,7 @@ def check_capture_dataset(path: Path, *, gpu_name: str | None, vllm_version: str
 
     Its lone engine starts (not race starts: side by side, vLLM's graph GiB is the device's) must be of the
     model's GPU and vLLM release, since both move capture time and graph memory."""
-    from graphmode.selector.capture import costs_from_dataset
+    from graphmode.selector.capture_costs import costs_from_dataset
 
     rows: list[dict[str, object]] = []
     with ProfileStore(path, readonly=True) as store:

@@ -35,8 +35,15 @@ from graphmode.core.records import Fingerprint
 from graphmode.core.settings import Settings, load_settings
 from graphmode.service.jobs import JobRegistry
 from graphmode.service.metrics import ServiceMetrics
-from graphmode.service.middleware import BodyLimitMiddleware, CatchAllMiddleware, MetricsMiddleware
+from graphmode.service.middleware import (
+    BodyLimitMiddleware,
+    CatchAllMiddleware,
+    HeaderLimitMiddleware,
+    LoadShedMiddleware,
+    MetricsMiddleware,
+)
 from graphmode.service.redact import redact_paths
+from graphmode.service.routers import check as check_router
 from graphmode.service.routers import health, jobs, models
 from graphmode.service.routers import recommend as recommend_router
 from graphmode.service.state import ServiceState
@@ -119,6 +126,7 @@ def create_app(
     app.include_router(models.router)
     app.include_router(jobs.router)
     app.include_router(health.router)
+    app.include_router(check_router.router)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -136,12 +144,16 @@ def create_app(
         return SafeJSONResponse({"detail": redact_paths(str(exc))}, status_code=500)
 
     # Innermost first: the catch-all sits inside the body limit and the metrics, so a 500 it makes is
-    # counted, and the connection it answers on stays open.
+    # counted, and the connection it answers on stays open. Shedding sits right inside the metrics: a refusal
+    # costs no header or body work, and is counted.
     app.add_middleware(CatchAllMiddleware)
     app.add_middleware(
         BodyLimitMiddleware, max_body_bytes=s.service.max_body_bytes, body_timeout_s=s.service.body_timeout_s
     )
-    app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts 413s too
+    app.add_middleware(HeaderLimitMiddleware, max_header_bytes=s.service.max_header_bytes)
+    app.add_middleware(LoadShedMiddleware, max_in_flight=s.service.max_in_flight, max_queue_s=s.service.max_queue_s,
+                       on_shed=lambda reason: metrics.shed.labels(reason).inc())
+    app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts 413s and 503s too
     return app
 
 

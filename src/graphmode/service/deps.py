@@ -95,8 +95,6 @@ async def get_recommender(models: ModelsDep) -> Recommender:
     return pick_recommender(models, None)
 
 
-RecommenderDep = Annotated[Recommender, Depends(get_recommender)]
-
 
 def _unauthorized(detail: str, error: str | None = None) -> HTTPException:
     challenge = 'Bearer realm="graphmode"' + (f', error="{error}"' if error else "")

@@ -66,6 +66,8 @@ class ServiceMetrics:
             ["model_id", "gpu", "vllm_version", "synthetic", "default"],
             registry=r,
         )
+        self.shed = Counter("graphmode_requests_shed", "Requests answered 503 at once: past capacity",
+                            ["reason"], registry=r)
         self.models_loaded = Gauge("graphmode_models_loaded", "Models in memory", registry=r)
         self.reloads = Counter("graphmode_model_reloads", "Model (re)loads", ["result"], registry=r)
         self.jobs = Counter("graphmode_jobs", "Background jobs finished", ["kind", "status"], registry=r)

@@ -9,11 +9,12 @@ that quoted the file)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphmode.core.errors import ConfigError, GraphmodeError
+from graphmode.core.errors import ConfigError, DatasetError, EngineError, GraphmodeError
 from graphmode.core.modes import CudaGraphMode
 from graphmode.core.records import CellRecord, StartupInfo
 from graphmode.core.settings import Settings
@@ -100,6 +101,8 @@ class JobReporter:
 
     def __init__(self, ctx: JobContext) -> None:
         self.ctx = ctx
+        self.ok = 0
+        self.failures: Counter[str] = Counter()  # first line of each failed cell's reason
 
     def mode_starting(self, mode: CudaGraphMode, pending: int) -> None:
         self.ctx.check_cancelled()
@@ -116,9 +119,22 @@ class JobReporter:
 
     def cell_finished(self, record: CellRecord) -> None:
         self.ctx.cell_done(record.status == "ok")
-        if record.status != "ok":
+        if record.status == "ok":
+            self.ok += 1
+        else:
             first = (record.reason or "").splitlines()[0] if record.reason else ""
+            self.failures[first or "no reason recorded"] += 1
             self.ctx.note(f"FAILED {record.mode}/{record.workload}#{record.repeat}: {first}")
+
+    def all_failed(self) -> str | None:
+        """When this run profiled cells and every one failed: why, most frequent reasons first; else None."""
+        n = sum(self.failures.values())
+        if self.ok or not n:
+            return None
+        reasons = "; ".join(f"{why} ({k} cells)" if len(self.failures) > 1 else why
+                            for why, k in self.failures.most_common(3))
+        more = f"; and {len(self.failures) - 3} other reasons" if len(self.failures) > 3 else ""
+        return f"every profiled cell failed ({n} of {n}), so there is nothing to train on: {reasons}{more}"
 
 
 def default_retrain(config: ProfileConfig, **kwargs: Any) -> RetrainResult:
@@ -146,15 +162,23 @@ def make_work(config: ProfileConfig, req: RetrainRequest, state: ServiceState) -
             ctx.check_cancelled()
             ctx.phase("training", message)
 
-        result = retrain_fn(
-            config,
-            models_dir=state.models_dir,
-            resume=req.resume,
-            objective=objective,
-            regressor=req.regressor,
-            reporter=JobReporter(ctx),
-            progress=progress,
-        )
+        reporter = JobReporter(ctx)
+        try:
+            result = retrain_fn(
+                config,
+                models_dir=state.models_dir,
+                resume=req.resume,
+                objective=objective,
+                regressor=req.regressor,
+                reporter=reporter,
+                progress=progress,
+            )
+        except DatasetError as exc:
+            # "no usable ok rows" says less than the cells did (every one "cannot run 'vllm'", say)
+            why = reporter.all_failed()
+            if why is None:
+                raise
+            raise EngineError(why) from exc
         summary = result.profile
         cv = result.train.card.cv.summaries
         out = JobResult(

@@ -28,6 +28,7 @@ from graphmode.core.errors import ConfigError, ObjectiveError
 from graphmode.core.fingerprint import shape_of_config
 from graphmode.core.modes import CudaGraphMode, parse_mode
 from graphmode.core.records import ObservedFeatures, StepSizes
+from graphmode.profiling.features import FEATURE_MAX, FEATURE_MAX_BY_NAME, feature_range_error  # noqa: F401 (API)
 from graphmode.profiling.grid import Grid
 from graphmode.selector.capture import CaptureBudget
 from graphmode.selector.card import ModelCard
@@ -52,11 +53,6 @@ MAX_CONSTRAINTS = 16
 TRAFFIC_FEATURES = tuple(
     n for n in ObservedFeatures.model_fields
     if n not in ("window_s", "n_samples", "frontend_cpu_cores", "spec_acceptance_rate", "spec_accept_length"))
-# Upper bounds of observed features: far above any server's traffic (a billion requests or tokens per
-# second, a billion-token mean), far below where the estimators' arithmetic would overflow (issue 12:
-# 1e154 in one feature answered 500). KV-cache usage is a fraction (older vLLM: a percentage).
-FEATURE_MAX = 1e9
-FEATURE_MAX_BY_NAME = {"kv_usage_mean": 100.0, "kv_usage_max": 100.0, "batch_var": 1e18}
 
 
 class _Strict(BaseModel):
@@ -78,11 +74,10 @@ class FeaturesIn(ObservedFeatures):
     @field_validator("*")
     @classmethod
     def _in_range(cls, v: Any, info: ValidationInfo) -> Any:
-        if isinstance(v, int | float) and v < 0:
-            raise ValueError(f"{info.field_name} must be >= 0, got {v}")
-        top = FEATURE_MAX_BY_NAME.get(info.field_name or "", FEATURE_MAX)
-        if isinstance(v, int | float) and v > top:
-            raise ValueError(f"{info.field_name} must be <= {top:g}, got {v:.3g}: not a server's traffic")
+        # the rules scraped features are held to (graphmode.profiling.features)
+        why = feature_range_error(info.field_name or "", v) if isinstance(v, int | float) else None
+        if why is not None:
+            raise ValueError(why)
         return v
 
     @model_validator(mode="after")

@@ -11,6 +11,11 @@ protocol with:
   connection or of its first byte, else ``408`` and close;
 * ``timeout_keep_alive`` = ``keep_alive_s`` for idle connections between requests;
 * ``limit_concurrency`` = ``max_connections``: beyond that many connections (or requests), 503;
+* at most ``max_connections_per_client`` open connections from one client address
+  (:class:`BoundedH11Protocol`): a further one is answered 503 with ``Retry-After`` and closed at once, so one
+  client's half-open connections cannot fill ``max_connections`` and keep ``/healthz`` and others out;
+* a head larger than ``max_header_bytes`` that arrives in one read, which h11's limit does not see, is
+  :class:`~graphmode.service.middleware.HeaderLimitMiddleware`'s (431);
 * the body read timeout (``body_timeout_s``) is :class:`~graphmode.service.middleware.BodyLimitMiddleware`'s.
 """
 
@@ -18,15 +23,26 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
+import weakref
 from typing import Any
 
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.server import ServerState
 
 from graphmode.core.settings import Settings, load_settings
 
 _408 = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+
+
+_BUSY_BODY = json.dumps({"detail": "too many connections from this client; retry in 1 s"}).encode()
+_503 = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+        b"content-length: " + str(len(_BUSY_BODY)).encode() + b"\r\nconnection: close\r\n\r\n" + _BUSY_BODY)
+
+# Open connections per client address, per server (one uvicorn server in a process, several in tests).
+_OPEN: weakref.WeakKeyDictionary[ServerState, dict[str, int]] = weakref.WeakKeyDictionary()
 
 
 @functools.cache
@@ -36,17 +52,35 @@ def _settings_header_timeout() -> float:
     return load_settings().service.header_timeout_s
 
 
-class BoundedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline on receiving each request's head."""
+@functools.cache
+def _settings_per_client() -> int:
+    return load_settings().service.max_connections_per_client
 
-    def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
-        super().__init__(config, *args, **kwargs)
+
+class BoundedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a deadline on receiving each request's head and a cap on the connections
+    one client address holds open."""
+
+    def __init__(self, config: uvicorn.Config, server_state: ServerState, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, server_state, *args, **kwargs)
         timeout = getattr(config, "header_timeout_s", None)
         self.header_timeout_s: float = timeout if timeout is not None else _settings_header_timeout()
+        per_client = getattr(config, "max_connections_per_client", None)
+        self.max_per_client: int = per_client if per_client is not None else _settings_per_client()
+        self._open = _OPEN.setdefault(server_state, {})
+        self._peer: str | None = None  # set while this connection counts against its client's cap
         self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        peer = self.client[0] if self.client else None
+        if peer is not None:
+            if self._open.get(peer, 0) >= self.max_per_client:
+                transport.write(_503)
+                transport.close()
+                return
+            self._open[peer] = self._open.get(peer, 0) + 1
+            self._peer = peer
         self._arm_head_timer()
 
     def data_received(self, data: bytes) -> None:
@@ -62,6 +96,13 @@ class BoundedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
+        if self._peer is not None:
+            left = self._open.get(self._peer, 1) - 1
+            if left > 0:
+                self._open[self._peer] = left
+            else:
+                self._open.pop(self._peer, None)
+            self._peer = None
         super().connection_lost(exc)
 
     def _arm_head_timer(self) -> None:
@@ -89,6 +130,7 @@ def uvicorn_config(app: Any, settings: Settings | None = None, **kwargs: Any) ->
     service = (settings or load_settings()).service
     config = uvicorn.Config(app, **uvicorn_options(settings), **kwargs)
     config.header_timeout_s = service.header_timeout_s  # type: ignore[attr-defined]
+    config.max_connections_per_client = service.max_connections_per_client  # type: ignore[attr-defined]
     return config
 
 

@@ -14,8 +14,10 @@ needs and what can be tested without a GPU:
 * :func:`run_config` runs it and writes one status line: the race's end, or for a configuration vLLM
   refused, vLLM's root cause from the log (:func:`root_cause`), so the chain can go on to the next one.
 
-``python -m graphmode.profiling.campaign check|plan|names|run`` is the command line the chain calls (stdlib
-only beside graphmode's core: the GPU host's vLLM environment lacks the selector's dependencies).
+``python bench/campaign.py check|plan|names|run`` is the command line the chain calls (graphmode's core and
+profiler, pydantic and PyYAML only: the GPU host's vLLM environment lacks the selector's model dependencies).
+A configuration's verdicts in its status line are :func:`graphmode.selector.verdicts.race_verdicts` over its
+dataset's rows, the verdicts the report and the recommender read.
 """
 
 from __future__ import annotations
@@ -34,9 +36,16 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from graphmode.core.dataset import ProfileStore
+from graphmode.core.deployment import DeploymentConfig, DeploymentError
 from graphmode.core.errors import ConfigError
+from graphmode.core.modes import DEFAULT_MODE, CudaGraphMode, parse_mode
+from graphmode.core.settings import RACE_GRID
+from graphmode.profiling.grid import load_grid
 from graphmode.profiling.race_fit import size_gib as kv_gib
 from graphmode.profiling.race_fit import weights_gib
+from graphmode.profiling.race_rounds import KNOWN_RACE_METRICS
+from graphmode.selector.verdicts import race_verdicts
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 # Flags a configuration sets through its own fields (or the chain sets): vllm_args must not repeat them.
@@ -94,8 +103,6 @@ class CampaignConfig(BaseModel):
     @field_validator("modes")
     @classmethod
     def _modes(cls, v: list[str] | None) -> list[str] | None:
-        from graphmode.core.modes import DEFAULT_MODE, parse_mode
-
         if v is None:
             return None
         if not v:
@@ -108,8 +115,6 @@ class CampaignConfig(BaseModel):
     @field_validator("race_metrics")
     @classmethod
     def _metrics(cls, v: list[str]) -> list[str]:
-        from graphmode.profiling.race_rounds import KNOWN_RACE_METRICS
-
         unknown = [m for m in v if m not in KNOWN_RACE_METRICS]
         if unknown:
             raise ValueError(f"unknown race metric {', '.join(unknown)}; known: {', '.join(KNOWN_RACE_METRICS)}")
@@ -159,8 +164,6 @@ class CampaignConfig(BaseModel):
         return [*argv, *self.vllm_args]
 
     def engines(self) -> int:
-        from graphmode.core.modes import CudaGraphMode
-
         challengers = len(self.modes) if self.modes is not None else len(CudaGraphMode) - 1
         return (1 + challengers + int(self.control)) * self.replicas
 
@@ -199,17 +202,12 @@ def _shape(root: Path, shape: str, where: str) -> dict[str, Any]:
 
 def grid_path(root: Path, grid: str) -> Path:
     if grid == "race":
-        from graphmode.core.settings import RACE_GRID
-
         return RACE_GRID
     p = Path(grid)
     return p if p.is_absolute() else root / p
 
 
 def _check(c: CampaignConfig, camp: Campaign, root: Path) -> None:
-    from graphmode.core.deployment import DeploymentConfig, DeploymentError
-    from graphmode.profiling.grid import load_grid
-
     where = f"campaign {camp.name}, configuration {c.name}"
     cfg = _shape(root, c.shape, where)
     draft = _shape(root, c.draft_shape, where) if c.draft_shape else None
@@ -328,8 +326,6 @@ def plan_text(camp: Campaign, profiles: Path | None = None, tag: str | None = No
 
 def progress(dataset: Path) -> str:
     """``not raced``, or the ok cells, rounds and GPU-minutes a configuration's dataset holds."""
-    from graphmode.core.dataset import ProfileStore
-
     if not dataset.exists():
         return "not raced"
     try:
@@ -392,8 +388,6 @@ def race_command(c: CampaignConfig, *, work: Path, tag: str, python: str, vllm_c
 _PREFIX = re.compile(r"^(\(\w+ pid=\d+\)\s*)?((DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\S+\s+\S+\s+\[[^\]]*\]\s*)?")
 _CAUSE = re.compile(
     r"^([\w.]*(Error|Exception|Interrupt)\b.*|.*: error: .*|CUDA out of memory.*|.*No module named .*)$")
-# a verdict line of the race's summary (RaceSummary.lines): "  FULL   itl_p50   worse: 1.799× [...]"
-_VERDICT = re.compile(r"^\s+(\S+)\s+(\w+_p\d+)\s+(better|worse|equivalent|undecided)\b:?\s*([\d.]+×)?")
 _WRAPPERS = ("RuntimeError: Engine core initialization failed", "EngineStartError", "EngineDiedError")
 
 
@@ -412,8 +406,6 @@ def root_cause(text: str) -> str | None:
 
 def status_line(c: CampaignConfig, dataset: Path, race_out: str, rc: int) -> str:
     """One line for summary.txt: verdict counts, failed arms with their root causes, or the whole failure."""
-    from graphmode.core.dataset import ProfileStore
-
     rows: list[dict[str, Any]] = []
     if dataset.exists():
         try:
@@ -428,8 +420,6 @@ def status_line(c: CampaignConfig, dataset: Path, race_out: str, rc: int) -> str
             arm = str(r.get("race_arm") or r.get("mode"))
             reason = str(r.get("reason") or "")
             failed[arm] = root_cause(reason) or (reason.splitlines()[0] if reason else "no reason recorded")
-    ended = [ln for ln in race_out.splitlines() if ln.startswith("race race-") and ":" in ln]
-    end = ended[-1].split(":", 1)[1].split(";", 1)[0].strip() if ended else ""
     if not ok:
         cause = next(iter(failed.values()), None) or root_cause(race_out)
         if cause is None:
@@ -438,9 +428,9 @@ def status_line(c: CampaignConfig, dataset: Path, race_out: str, rc: int) -> str
         every = "every engine failed" if failed else "no engine measured"
         return f"{c.name}: FAILED ({every}): {cause}"
     arms = sorted(failed)
-    text = f"{c.name}: ok, {len(ok)} cells" + (f"; {end}" if end else "")
-    last = race_out.rsplit("\nrace race-", 1)[-1].splitlines()[1:] if ended else []
-    verdicts = [" ".join(g for g in m.groups() if g) for m in (_VERDICT.match(ln) for ln in last) if m]
+    rounds = len({r.get("race_round") for r in ok if r.get("race_round") is not None})
+    text = f"{c.name}: ok, {len(ok)} cells, {rounds} rounds"
+    verdicts = verdict_texts(ok)
     if verdicts:
         text += "; " + ", ".join(verdicts)
     ran = sorted({(str(r.get("race_arm")), str(r["effective_mode"])) for r in ok
@@ -453,6 +443,15 @@ def status_line(c: CampaignConfig, dataset: Path, race_out: str, rc: int) -> str
     if arms:
         text += "; failed arms: " + "; ".join(f"{a}: {failed[a]}" for a in arms)
     return text
+
+
+def verdict_texts(ok: Sequence[dict[str, Any]]) -> list[str]:
+    """``FULL itl_p50 better 0.768×`` per pooled (arm, metric) verdict of the race's ok rows."""
+    out = []
+    for v in race_verdicts(ok):
+        if v.workload is None:
+            out.append(f"{v.mode} {v.metric} {v.verdict}" + ("" if v.ratio is None else f" {v.ratio:.3f}×"))
+    return out
 
 
 def _spec_text(ok: list[dict[str, Any]]) -> str:
@@ -495,7 +494,7 @@ def run_config(c: CampaignConfig, *, work: Path, tag: str, python: str, vllm_cmd
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m graphmode.profiling.campaign", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python bench/campaign.py", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("check", "plan", "names", "run"):
         s = sub.add_parser(name)
