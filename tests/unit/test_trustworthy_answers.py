@@ -293,3 +293,20 @@ def test_a_servers_version_is_quoted_only_when_it_is_a_version(version: str, kep
 
     with serve_http(respond) as url:
         assert server_fingerprint(url).get("vllm_version") == kept
+
+
+def test_the_api_matches_an_inert_variant_of_a_profiled_config() -> None:
+    from starlette.testclient import TestClient
+
+    from graphmode.core.records import Fingerprint
+    from graphmode.core.settings import Settings
+    from graphmode.service.app import create_app
+
+    cfg = json.loads((SHAPES / "llama-3.2-1b.json").read_text())
+    inert = {k: v for k, v in cfg.items() if k not in INERT} | {"transformers_version": "4.45.0"}
+    body = {"workload": {"rate": 40, "input_tokens": 128, "output_tokens": 128, "concurrency": 200},
+            "objective": {"metric": "ttft_p50"}, "vllm_version": "0.33.0"}
+    with TestClient(create_app(Settings(), models_dir=MODELS, target=Fingerprint(gpu_name="NVIDIA H200"))) as tc:
+        a = tc.post("/v1/recommend", json={**body, "served_model_config": cfg}).json()
+        b = tc.post("/v1/recommend", json={**body, "served_model_config": inert}).json()
+    assert a["mode"] == b["mode"] != "NONE" and a["race"] == b["race"] and a["warnings"] == b["warnings"]
