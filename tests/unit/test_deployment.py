@@ -23,7 +23,7 @@ from graphmode.core.deployment import (
 )
 from graphmode.core.fingerprint import estimate_active_params, estimate_params, shape_of_config
 from graphmode.core.records import CellRecord, Fingerprint, StartupInfo
-from graphmode.profiling.logparse import parse_startup_log_file
+from graphmode.profiling.logparse import parse_startup_log
 from graphmode.profiling.runner import profile_key
 from graphmode.selector.aggregate import build_training_set
 from graphmode.selector.featurize import fit_spec, shape_key, shape_of_row
@@ -41,7 +41,7 @@ def _cfg(name: str) -> dict[str, object]:
 
 # ------------------------------------------------------------------ reading each element
 def test_backend_from_the_real_log_then_args_then_env() -> None:
-    startup = parse_startup_log_file(H200_LOGS / "llama8b-FULL.log")
+    startup = parse_startup_log((H200_LOGS / "llama8b-FULL.log").read_text(encoding="utf-8"))
     dep = DeploymentConfig.from_vllm_args(["--attention-backend", "FLASHINFER"], {}, None, startup)
     assert dep.attention_backend == "FLASH_ATTN" and dep.attention_backend_source == "log"  # what vLLM resolved
     assert dep.attention_backend_requested
@@ -104,7 +104,7 @@ def test_batch_limits_and_tensor_parallel_size() -> None:
 
 
 def test_non_default_args_of_the_real_log() -> None:
-    startup = parse_startup_log_file(H200_LOGS / "qwen0.5b-PIECEWISE.log")
+    startup = parse_startup_log((H200_LOGS / "qwen0.5b-PIECEWISE.log").read_text(encoding="utf-8"))
     assert startup.non_default_args is not None
     dep = DeploymentConfig.from_non_default_args(startup.non_default_args, startup=startup, strict=False)
     assert dep.max_model_len == 4096 and dep.tensor_parallel_size == 1 and dep.speculative_method is None
@@ -345,7 +345,7 @@ def test_every_real_h200_log_names_the_backend_vllm_resolved() -> None:
     logs = sorted(H200_LOGS.glob("*.log"))
     assert len(logs) == 15
     for log in logs:
-        dep = DeploymentConfig.from_vllm_args([], startup=parse_startup_log_file(log))
+        dep = DeploymentConfig.from_vllm_args([], startup=parse_startup_log(log.read_text(encoding="utf-8")))
         assert (dep.attention_backend, dep.attention_backend_source) == ("FLASH_ATTN", "log"), log.name
     older = StartupInfo(attention_backend="AttentionBackendEnum.FLASHINFER")
     assert DeploymentConfig.from_vllm_args([], startup=older).attention_backend == "FLASHINFER"

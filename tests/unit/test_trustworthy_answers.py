@@ -270,3 +270,43 @@ def test_the_api_says_which_objectives_a_model_can_answer() -> None:
         assert "cannot answer for graph_gib" in r.text and "measured it in 0 cells" in r.text
         ok = tc.post("/v1/recommend", json={**body, "vllm_version": "0.24.0"})
         assert ok.status_code == 200 and ok.json()["objective"]["metric"] == "graph_gib"
+
+
+@pytest.mark.parametrize("flag", ["--features", "--step-sizes"])
+def test_a_missing_at_file_is_a_clear_error(tmp_path: Path, flag: str) -> None:
+    args = [flag, f"@{tmp_path / 'nonexistent.json'}"]
+    if flag == "--step-sizes":
+        args += ["--rate", "8", "--input-tokens", "256", "--output-tokens", "128"]
+    r = _recommend(*args)
+    assert r.exit_code != 0 and "Traceback" not in r.output and "FileNotFoundError" not in r.output
+    assert "cannot read" in " ".join(r.output.split()) and flag in r.output
+
+
+@pytest.mark.parametrize(("version", "kept"), [("0.33.0", "0.33.0"), ("\x1b[31m0.33\x1b]0;pwn\x07\x00", None),
+                                              ("0.33.0\nwarning: fake", None)])
+def test_a_servers_version_is_quoted_only_when_it_is_a_version(version: str, kept: str | None) -> None:
+    from graphmode.selector.registry import server_fingerprint
+    from tests.support.net import Request, serve_http
+
+    def respond(req: Request) -> tuple[int, Any]:
+        return (200, {"version": version}) if req.path == "/version" else (404, "")
+
+    with serve_http(respond) as url:
+        assert server_fingerprint(url).get("vllm_version") == kept
+
+
+def test_the_api_matches_an_inert_variant_of_a_profiled_config() -> None:
+    from starlette.testclient import TestClient
+
+    from graphmode.core.records import Fingerprint
+    from graphmode.core.settings import Settings
+    from graphmode.service.app import create_app
+
+    cfg = json.loads((SHAPES / "llama-3.2-1b.json").read_text())
+    inert = {k: v for k, v in cfg.items() if k not in INERT} | {"transformers_version": "4.45.0"}
+    body = {"workload": {"rate": 40, "input_tokens": 128, "output_tokens": 128, "concurrency": 200},
+            "objective": {"metric": "ttft_p50"}, "vllm_version": "0.33.0"}
+    with TestClient(create_app(Settings(), models_dir=MODELS, target=Fingerprint(gpu_name="NVIDIA H200"))) as tc:
+        a = tc.post("/v1/recommend", json={**body, "served_model_config": cfg}).json()
+        b = tc.post("/v1/recommend", json={**body, "served_model_config": inert}).json()
+    assert a["mode"] == b["mode"] != "NONE" and a["race"] == b["race"] and a["warnings"] == b["warnings"]

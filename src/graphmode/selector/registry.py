@@ -303,7 +303,10 @@ def server_fingerprint(base_url: str, timeout: float = 5.0) -> dict[str, Any]:
         with httpx.Client(timeout=timeout) as client:
             r = client.get(base + "/version")
             if r.status_code == 200:
-                out["vllm_version"] = r.json().get("version")
+                version = r.json().get("version")
+                # only a version-shaped token, as server_version: the answer quotes it (no escapes, no NUL)
+                if isinstance(version, str) and _VERSION.fullmatch(version.strip()):
+                    out["vllm_version"] = version.strip()
             r = client.get(base + "/v1/models")
             if r.status_code == 200:
                 data = r.json().get("data") or []

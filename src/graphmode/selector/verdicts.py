@@ -432,9 +432,11 @@ def race_decision(
     region = pooled_disagrees(pooled, regions, features, chosen, notes) or region
     if not any(v.workload == region for v in chosen.values()):
         region = None
-    aa = next((a for a in verdicts if a.pool == (shape, length, servers) and a.metric == metric
-               and a.workload is None and a.ratio is not None
-               and (a.mode == CONTROL_ARM or a.runs_as == default_mode)), None)
+    def aa() -> RaceVerdict | None:  # the shape's A/A arm, looked up only for a note that needs it
+        return next((a for a in verdicts if a.metric == metric and a.workload is None and a.ratio is not None
+                     and (a.mode == CONTROL_ARM or a.runs_as == default_mode) and a.pool == (shape, length, servers)),
+                    None)
+
     better, support, held = _acted_on(chosen, ok, set(corroborated), across, aa, notes)
     worse = sorted(m for m, v in chosen.items() if v.verdict == "worse")
     undecided = sorted(m for m, v in chosen.items() if v.verdict == "undecided" and m not in held)
@@ -481,12 +483,13 @@ def _conclude(chosen: Mapping[str, RaceVerdict], better: Sequence[RaceVerdict], 
 
 
 def _acted_on(chosen: Mapping[str, RaceVerdict], ok: set[str] | None, backed: set[str],
-              across: Callable[[str, float, float], AcrossRaces | None], aa: RaceVerdict | None,
+              across: Callable[[str, float, float], AcrossRaces | None],
+              control: Callable[[], RaceVerdict | None],
               notes: list[str]) -> tuple[list[RaceVerdict], dict[str, AcrossRaces], set[str]]:
     """The "better" verdicts the selector may act on, best first: two starts or more of each side, or one
     start that an independent comparison (*backed*: paired campaign rounds; *across*: the other races) agrees
     with; the other races' intervals that did; and the modes held only by their starts. A one-start "better"
-    that nothing corroborates is noted (with the shape's A/A arm *aa*, if any) and not acted on."""
+    that nothing corroborates is noted (with the shape's A/A arm, *control*, if any) and not acted on."""
     support: dict[str, AcrossRaces] = {}
     better = []
     held: set[str] = set()  # undecided only for want of a measured start effect, acted on like one start
@@ -509,6 +512,7 @@ def _acted_on(chosen: Mapping[str, RaceVerdict], ok: set[str] | None, backed: se
                          "better, but no A/A arm measured the start effect and no other paired comparison "
                          "agrees: an A/A arm (--control) would decide it")
             continue
+        aa = control()
         spread = f"; this shape's A/A arm put two starts of the default {aa.ratio:.2f}× apart" if aa else ""
         notes.append(f"race: {v.describe()}, but from one engine start each and no other paired comparison "
                      f"agrees{spread}: not acted on until a second start does")
