@@ -75,20 +75,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="watch's first mode (default: vLLM's default)")
     p.add_argument("--objective", default=e("GM_WATCH_OBJECTIVE", "ttft_p50"))
     p.add_argument("--interval", type=float, default=float(e("GM_WATCH_INTERVAL", "1")))
-    p.add_argument("--evaluate-every", type=float, default=float(e("GM_WATCH_EVALUATE_EVERY", "5")))
+    p.add_argument("--evaluate-every", type=float, default=float(e("GM_WATCH_EVALUATE_EVERY", "3")))
     p.add_argument("--confirmations", type=int, default=int(e("GM_WATCH_CONFIRMATIONS", "3")))
-    p.add_argument("--window-s", type=float, default=float(e("GM_WATCH_WINDOW_S", "20")))
+    p.add_argument("--window-s", type=float, default=float(e("GM_WATCH_WINDOW_S", "15")))
     p.add_argument("--min-dwell-s", type=float, default=float(e("GM_WATCH_MIN_DWELL_S", "20")))
     p.add_argument("--cooldown-s", type=float, default=float(e("GM_WATCH_COOLDOWN_S", "30")))
-    p.add_argument("--a-max-s", type=float, default=float(e("GM_WATCH_A_MAX_S", "200")))
-    p.add_argument("--a-after-s", type=float, default=float(e("GM_WATCH_A_AFTER_S", "30")))
+    p.add_argument("--a-max-s", type=float, default=float(e("GM_WATCH_A_MAX_S", "180")))
+    p.add_argument("--a-after-s", type=float, default=float(e("GM_WATCH_A_AFTER_S", "20")))
     p.add_argument("--a-input", type=int, default=int(e("GM_WATCH_A_INPUT", "64")))
     p.add_argument("--a-output", type=int, default=int(e("GM_WATCH_A_OUTPUT", "128")))
-    p.add_argument("--b-s", type=float, default=float(e("GM_WATCH_B_S", "90")))
+    p.add_argument("--b-s", type=float, default=float(e("GM_WATCH_B_S", "60")))
     p.add_argument("--b-rate", type=float, default=float(e("GM_WATCH_B_RATE", "4")))
     p.add_argument("--b-input", type=int, default=int(e("GM_WATCH_B_INPUT", "2048")))
     p.add_argument("--b-output", type=int, default=int(e("GM_WATCH_B_OUTPUT", "128")))
-    p.add_argument("--deadline-s", type=float, default=float(e("GM_WATCH_DEADLINE_S", "540")),
+    p.add_argument("--deadline-s", type=float, default=float(e("GM_WATCH_DEADLINE_S", "560")),
                    help="everything (vLLM starts included) ends by then and the output is written")
     p.add_argument("--startup-timeout-s", type=float, default=float(e("GM_WATCH_STARTUP_TIMEOUT_S", "400")))
     p.add_argument("vllm_args", nargs="*", help="vLLM args after --model (after --)")
@@ -107,6 +107,7 @@ class Watched:
     switch_done_at: float | None = None
     in_switch: bool = False
     gpu_mem: list[tuple[float, float]] = field(default_factory=list)
+    features: list[dict[str, Any]] = field(default_factory=list)  # what each evaluation saw
     snapshot: dict[str, Any] = field(default_factory=dict)
 
     def mode_at(self, t: float) -> str | None:
@@ -137,6 +138,9 @@ def poll(api: str, seen: Watched, stop: threading.Event) -> None:
                 if done > seen.switches + seen.failed:
                     seen.switch_done_at = now
                 seen.switches, seen.failed = int(snap.get("switches") or 0), int(snap.get("failed_switches") or 0)
+                feats, at = snap.get("last_features"), snap.get("last_features_at")
+                if isinstance(feats, dict) and at and (not seen.features or seen.features[-1]["t"] != at):
+                    seen.features.append({"t": at, **{k: v for k, v in feats.items() if v is not None}})
                 last = snap.get("last_decision") or {}
                 seen.in_switch = last.get("action") == "switch" and (seen.switch_done_at or 0) < last.get("t", 0)
             if smi and now >= next_gpu:
@@ -429,6 +433,7 @@ def collect(a: argparse.Namespace, phases: list[Phase], seen: Watched, info: dic
                                                        "min_dwell_s", "cooldown_s", "initial_mode")},
                "requests": counts(total), "phases": [phase_summary(ph, seen) for ph in phases],
                "modes_seen": [{"t": t, "mode": m} for t, m in seen.modes], "switches": switches,
+               "features_seen": seen.features,
                "decisions": [{k: d.get(k) for k in ("t", "action", "current", "target", "reason", "numbers")}
                              for d in decisions if d.get("action") in ("stay", "hold", "switch")],
                "final_mode": state.get("current_mode")}
