@@ -289,7 +289,7 @@ def r3(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
 
-def latency(ph: Phase, rs: list[RequestResult]) -> dict[str, Any]:
+def latency(rs: list[RequestResult]) -> dict[str, Any]:
     """TTFT/ITL/E2E (ms) of the ok requests in ``rs``."""
     ok = [r for r in rs if r.ok]
     ttft = [r.ttft * 1e3 for r in ok if r.ttft is not None]
@@ -326,18 +326,23 @@ def switch_events(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def around_switch(phases: list[Phase], sw: dict[str, Any], seen: Watched) -> dict[str, Any]:
-    """Client-side view of one switch: requests sent while it ran and how many were lost, the longest gap
-    between two answered requests, TTFT/ITL before and after, GPU memory before and at most during."""
+    """Client-side view of one switch: requests sent while it ran and how many were lost (every phase),
+    the longest gap between two answered requests, TTFT/ITL before and after it within the phase it was
+    decided in (the same traffic), GPU memory before and at most during it."""
     t0, t1 = sw["decided_at"], sw["done_at"]
     if t0 is None or t1 is None:
         return {}
+    home = next((ph for ph in phases if ph.t0_wall <= t0 <= ph.end_wall), None)
     during, before, after, ends = [], [], [], []
     for ph in phases:
         for r in ph.results:
             sent = ph.wall(r.started_at)
             if sent is None:
                 continue
-            (before if sent < t0 else during if sent <= t1 else after).append((ph, r))
+            if t0 <= sent <= t1:
+                during.append(r)
+            elif ph is home:
+                (before if sent < t0 else after).append(r)
             done = ph.wall(r.done_at)
             if r.ok and done is not None:
                 ends.append(done)
@@ -345,10 +350,10 @@ def around_switch(phases: list[Phase], sw: dict[str, Any], seen: Watched) -> dic
     gaps = [b - a for a, b in itertools.pairwise(ends) if b >= t0 and a <= t1 + 1]
     mem_before = [m for t, m in seen.gpu_mem if t < t0]
     mem_during = [m for t, m in seen.gpu_mem if t0 <= t <= t1]
-    ph0 = phases[0]
-    return {"sent_during": len(during), "lost_during": sum(1 for _, r in during if not r.ok and not r.cut),
+    return {"phase": home.name if home else None, "sent_during": len(during),
+            "lost_during": sum(1 for r in during if not r.ok and not r.cut),
             "longest_gap_between_answers_s": round(max(gaps), 3) if gaps else None,
-            "before": latency(ph0, [r for _, r in before][-60:]), "after": latency(ph0, [r for _, r in after]),
+            "before": latency(before[-60:]), "after": latency(after),
             "gpu_mem_mib_before": mem_before[-1] if mem_before else None,
             "gpu_mem_mib_max_during": max(mem_during) if mem_during else None}
 
@@ -402,8 +407,8 @@ def phase_summary(ph: Phase, seen: Watched) -> dict[str, Any]:
         if sent is not None:
             by_mode.setdefault(str(seen.mode_at(sent)), []).append(r)
     return {"name": ph.name, "start": ph.t0_wall, "end": ph.end_wall, "seconds": round(ph.end_wall - ph.t0_wall, 2),
-            **counts(ph.results), "latency": latency(ph, ph.results),
-            "by_mode_at_send": {m: {**counts(rs), **latency(ph, rs)} for m, rs in by_mode.items()}}
+            **counts(ph.results), "latency": latency(ph.results),
+            "by_mode_at_send": {m: {**counts(rs), **latency(rs)} for m, rs in by_mode.items()}}
 
 
 def collect(a: argparse.Namespace, phases: list[Phase], seen: Watched, info: dict[str, Any]) -> dict[str, Any]:

@@ -102,11 +102,20 @@ def test_a_switch_is_paired_with_its_decision_and_the_requests_around_it() -> No
           result(12.0, 12.4)]
     ph = wd.Phase("A", rs, t0_wall=100.0, t0_perf=0.0, end_wall=113.0)
     seen = wd.Watched(modes=[(99.0, "PIECEWISE"), (110.5, "FULL")], gpu_mem=[(99.0, 10.0), (105.0, 20.0)])
-    c = wd.around_switch([ph], sw, seen)
-    assert (c["sent_during"], c["lost_during"]) == (2, 1)
+    b = wd.Phase("B", [result(20.0, 20.5)], t0_wall=119.0, t0_perf=19.0, end_wall=125.0)  # other traffic
+    c = wd.around_switch([ph, b], sw, seen)
+    assert c["phase"] == "A" and (c["sent_during"], c["lost_during"]) == (2, 1)
     assert c["before"]["ok"] == 2 and c["after"]["ok"] == 1
     assert c["longest_gap_between_answers_s"] == pytest.approx(11.5)
     assert (c["gpu_mem_mib_before"], c["gpu_mem_mib_max_during"]) == (10.0, 20.0)
     assert wd.counts(rs) == {"sent": 5, "ok": 3, "cut": 1, "lost": 1, "planned_not_sent": 0}
     summary = wd.phase_summary(ph, seen)
     assert summary["by_mode_at_send"]["PIECEWISE"]["sent"] == 4 and summary["by_mode_at_send"]["FULL"]["sent"] == 1
+
+
+def test_the_fake_vllm_answers_without_nagle_delays() -> None:
+    """Its TTFT through a kept-alive connection is its own, not a delayed ACK's (vLLM's server sets
+    TCP_NODELAY): the handler turns Nagle off on every connection it serves."""
+    from tests.support import fake_vllm
+
+    assert fake_vllm.Handler.disable_nagle_algorithm is True
