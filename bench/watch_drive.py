@@ -172,7 +172,8 @@ def start_watch(a: argparse.Namespace) -> subprocess.Popen[bytes]:
     if a.model_id:
         cmd += ["--model-id", a.model_id]
     cmd += ["--", "--model", str(a.model_dir), *a.vllm_args]
-    (a.work / "watch.cmd").write_text(shlex.join(cmd) + "\n")
+    a.watch_cmd = shlex.join(cmd)
+    (a.work / "watch.cmd").write_text(a.watch_cmd + "\n")
     log = (a.work / "watch.log").open("ab")
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
 
@@ -427,13 +428,14 @@ def collect(a: argparse.Namespace, phases: list[Phase], seen: Watched, info: dic
     write_requests(a.out / "requests.csv.gz", phases, seen)
     logs = a.work / "state" / "logs"
     with tarfile.open(a.out / "engines.tgz", "w:gz") as tar:
-        if logs.exists():
-            tar.add(logs, arcname="engine-logs")
+        for log in sorted(logs.rglob("*.log")) if logs.exists() else []:  # logs only, never a cache
+            tar.add(log, arcname=f"engine-logs/{log.relative_to(logs)}")
     switches = switch_events(decisions)
     for sw in switches:
         sw["client"] = around_switch(phases, sw, seen)
     total = [r for ph in phases for r in ph.results]
-    summary = {**info, "deployment": DEPLOYMENT, "strategy": a.strategy, "objective": a.objective,
+    summary = {**info, "deployment": DEPLOYMENT, "watch_command": getattr(a, "watch_cmd", None),
+               "strategy": a.strategy, "objective": a.objective,
                "settings": {k: getattr(a, k) for k in ("interval", "evaluate_every", "confirmations", "window_s",
                                                        "min_dwell_s", "cooldown_s", "initial_mode")},
                "requests": counts(total), "phases": [phase_summary(ph, seen) for ph in phases],
