@@ -48,6 +48,7 @@ from typing import Any
 
 import aiohttp
 import httpx
+import numpy as np
 
 from graphmode.profiling.arrivals import PlannedRequest
 from graphmode.profiling.loadgen import _one_request, run_load
@@ -194,8 +195,8 @@ def wait_ready(a: argparse.Namespace, proc: subprocess.Popen[bytes], until: floa
 
 def prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
     """``n`` random token-id prompts (random ids defeat prefix caching, so each prefill is real)."""
-    rng = random.Random(seed)
-    return [[rng.randrange(10, vocab) for _ in range(length)] for _ in range(n)]
+    ids: list[list[int]] = np.random.default_rng(seed).integers(10, vocab, size=(n, length)).tolist()
+    return ids
 
 
 @dataclass
@@ -329,12 +330,16 @@ def switch_events(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def around_switch(phases: list[Phase], sw: dict[str, Any], seen: Watched) -> dict[str, Any]:
     """Client-side view of one switch: requests sent while it ran and how many were lost (every phase),
     the longest gap between two answered requests, TTFT/ITL before and after it within the phase it was
-    decided in (the same traffic), GPU memory before and at most during it."""
+    decided in (the same traffic) and while it ran (the old server shares the GPU with the new one's
+    start), GPU memory before and at most during it."""
     t0, t1 = sw["decided_at"], sw["done_at"]
     if t0 is None or t1 is None:
         return {}
     home = next((ph for ph in phases if ph.t0_wall <= t0 <= ph.end_wall), None)
-    during, before, after, ends = [], [], [], []
+    during: list[RequestResult] = []
+    before: list[RequestResult] = []
+    after: list[RequestResult] = []
+    ends: list[float] = []
     for ph in phases:
         for r in ph.results:
             sent = ph.wall(r.started_at)
@@ -354,7 +359,7 @@ def around_switch(phases: list[Phase], sw: dict[str, Any], seen: Watched) -> dic
     return {"phase": home.name if home else None, "sent_during": len(during),
             "lost_during": sum(1 for r in during if not r.ok and not r.cut),
             "longest_gap_between_answers_s": round(max(gaps), 3) if gaps else None,
-            "before": latency(before[-60:]), "after": latency(after),
+            "before": latency(before[-60:]), "during": latency(during), "after": latency(after),
             "gpu_mem_mib_before": mem_before[-1] if mem_before else None,
             "gpu_mem_mib_max_during": max(mem_during) if mem_during else None}
 
