@@ -10,6 +10,8 @@
 # and collects. WAIT_S 585 fits one 10-minute call: the driver ends everything by GM_WATCH_DEADLINE_S
 # (560 s after it started, vLLM starts included: two ~80 s warm starts, or two ~240 s cold compiles, which
 # leave phase B ~30 s) and writes its output. GM_WATCH_FRESH=1 starts a new run when the last one ended.
+# On a host whose vLLM compile cache is cold, GM_WATCH_DEADLINE_S=1100 and two calls of WAIT_S 585 (the
+# second only waits and collects) give each phase its full length.
 # Blue/green on one GPU: both servers get --kv-cache-memory-bytes and --gpu-memory-utilization 0.05, as the
 # race's resident engines do (vLLM's start-up check of free memory against the fraction counts the other
 # server's memory, so the default 0.9 refuses the second server).
