@@ -50,9 +50,13 @@ import aiohttp
 import httpx
 import numpy as np
 
+from graphmode.control.target import launch_target
+from graphmode.core.errors import GraphmodeError
+from graphmode.core.settings import load_settings
 from graphmode.profiling.arrivals import PlannedRequest
 from graphmode.profiling.loadgen import _one_request, run_load
 from graphmode.profiling.stats import RequestResult
+from graphmode.selector.recommend import Recommender
 
 DEPLOYMENT = "watch-run"
 ROOT = Path(__file__).resolve().parent.parent
@@ -364,6 +368,18 @@ def around_switch(phases: list[Phase], sw: dict[str, Any], seen: Watched) -> dic
             "gpu_mem_mib_max_during": max(mem_during) if mem_during else None}
 
 
+def picked_model(a: argparse.Namespace) -> dict[str, Any]:
+    """The model watch's local advisor loads for this deployment (the same target: this host's GPU, vLLM's
+    release from the command's environment, the served shape) and the notes on what it could not read."""
+    target, notes = launch_target(shlex.split(a.vllm_cmd), ["--model", str(a.model_dir), *a.vllm_args])
+    try:
+        rec = Recommender.load(a.models_dir or load_settings().selector.models_dir, a.model_id, target=target)
+    except (GraphmodeError, OSError, ValueError) as exc:
+        return {"model_id": None, "error": str(exc), "notes": notes}
+    return {"model_id": rec.model_id, "target_gpu": target.gpu_name, "target_vllm": target.vllm_version,
+            "notes": notes}
+
+
 def copy_log(src: Path, dst: Path) -> int:
     """Copy watch's log without httpx's line per proxied request or scrape (``HTTP Request: ...``): what
     is left are the decisions, switches and notes. The number of lines left out is appended."""
@@ -491,7 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t_start = time.time()
     a.work.mkdir(parents=True, exist_ok=True)
     info: dict[str, Any] = {"started_at": t_start, "model_dir": str(a.model_dir), "vllm_cmd": a.vllm_cmd,
-                            "vllm_args": a.vllm_args}
+                            "vllm_args": a.vllm_args, "advisor_model": picked_model(a)}
     proc = start_watch(a)
     model = wait_ready(a, proc, t_start + a.deadline_s - 30)
     info["first_server_ready_s"] = round(time.time() - t_start, 2) if model else None
@@ -522,6 +538,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def print_summary(s: dict[str, Any]) -> None:
     print(f"watch run: {s['wall_s']} s, first server ready after {s.get('first_server_ready_s')} s, "
           f"final mode {s.get('final_mode')}; requests {s['requests']}")
+    print(f"  advisor model: {s['advisor_model'].get('model_id')} (target GPU "
+          f"{s['advisor_model'].get('target_gpu')}, vLLM {s['advisor_model'].get('target_vllm')})")
     for ph in s["phases"]:
         lat = ph["latency"]
         print(f"  phase {ph['name']} {ph['seconds']} s: sent {ph['sent']} ok {ph['ok']} lost {ph['lost']} "

@@ -50,6 +50,7 @@ def test_the_run_counts_every_request_and_records_the_decisions(tmp_path: Path) 
                                                "engines.tgz", "state.json", "drive.out"}
     s = json.loads((out / "summary.json").read_text())
     assert s["first_server_ready_s"] is not None and "error" not in s
+    assert s["advisor_model"]["model_id"] == H200_033
     assert [p["name"] for p in s["phases"]] == ["A", "B"]
     total = s["requests"]
     assert total["sent"] > 0 and total["sent"] == total["ok"] + total["lost"] + total["cut"]
