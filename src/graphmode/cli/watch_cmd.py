@@ -266,6 +266,13 @@ async def _run(ctl: Controller, executor: Executor, proxy: Proxy | None, servers
         ctl.save()
 
 
+def configure_logging() -> None:
+    """Decisions, switches and notes at INFO; httpx's line per request stays at WARNING: the proxy's client
+    would log every proxied request, and the scrapes, and bury the decision log under them."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s graphmode.watch %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
 async def _watch(extra: list[str], opts: WatchOptions) -> None:
     import uvicorn
 
@@ -275,7 +282,7 @@ async def _watch(extra: list[str], opts: WatchOptions) -> None:
     from graphmode.control.state import check_deployment_id
     from graphmode.core.settings import load_settings
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s graphmode.watch %(message)s")
+    configure_logging()
     s = load_settings()
     check_deployment_id(opts.deployment_id)
     sdir = opts.state_dir or s.control.state_dir
