@@ -62,7 +62,7 @@ case "$phase" in
   before)
     rm -rf "$work/models" && mkdir -p "$work/models"
     cp -r models/nvidia-* "$work/models/"  # the bundled models: none is this GPU's
-    cp -r models/profiles "$work/models/profiles"
+    cp -r models/profiles models/shapes "$work/models/"
     stamp "host: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
     stamp "registry: $(ls "$work/models" | tr '\n' ' ')"
     setsid nohup python3 -m graphmode.cli serve --port "$port" --models-dir "$work/models" \

@@ -158,9 +158,12 @@ def compute_hash(cfg: dict[str, Any]) -> str:
 def _shapes_dirs() -> tuple[Path, ...]:
     """Where the profiled config.json shapes live: ``shapes/`` of the model registry (settings, read once per
     process: a served request hashes its config.json on the hot path) and of a source checkout."""
-    from graphmode.core.settings import PACKAGE_DIR, load_settings
+    from graphmode.core.settings import BUNDLED_MODELS, PACKAGE_DIR, load_settings
 
-    dirs = [load_settings().selector.models_dir / "shapes", PACKAGE_DIR.parent.parent / "models" / "shapes"]
+    # The bundled models' cards recorded these shapes' hashes: a registry of one's own (without shapes/) must
+    # still find them, or every served config.json of a profiled shape reads as never raced.
+    dirs = [load_settings().selector.models_dir / "shapes", PACKAGE_DIR.parent.parent / "models" / "shapes",
+            BUNDLED_MODELS / "shapes"]
     return tuple(dict.fromkeys(d.resolve() for d in dirs if d.is_dir()))
 
 

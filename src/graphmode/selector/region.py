@@ -121,7 +121,7 @@ def log_distance(a: Mapping[str, float], b: Mapping[str, Any]) -> float | None:
 
 def pooled_disagrees(pooled: Mapping[str, RaceVerdict], regions: Sequence[RaceVerdict], features: Mapping[str, Any],
                   chosen: dict[str, RaceVerdict], notes: list[str]) -> str | None:
-    """A pooled "better" answers only where the per-workload verdict nearest the request agrees (its rounds
+    """A pooled "better" (or a pooled verdict whose rounds all together read better) answers only where the per-workload verdict nearest the request agrees (its rounds
     read the same side, and it is not worse or equivalent): the effect depends on the load (FULL's TTFT win at
     concurrency 1 is gone on prefill-heavy traffic at 32 req/s). Where it disagrees, that workload's verdict
     stands for the mode (*chosen* is updated) and its name is returned."""
@@ -131,7 +131,8 @@ def pooled_disagrees(pooled: Mapping[str, RaceVerdict], regions: Sequence[RaceVe
     near = min(dists, key=lambda w: dists[w])
     hit = None
     for mode, p in pooled.items():
-        if p.verdict != "better":
+        reads_better = p.verdict == "undecided" and p.hi_all is not None and p.hi_all < 1.0  # all rounds
+        if p.verdict != "better" and not reads_better:
             continue
         local = next((v for v in regions if v.workload == near and v.mode == mode), None)
         ratio = None if local is None else (local.ratio_all if local.ratio_all is not None else local.ratio)

@@ -495,9 +495,12 @@ def _acted_on(chosen: Mapping[str, RaceVerdict], ok: set[str] | None, backed: se
     held: set[str] = set()  # undecided only for want of a measured start effect, acted on like one start
     for v in sorted(chosen.values(), key=lambda v: (v.ratio or 1.0)):
         starts_only = v.verdict == "undecided" and v.reads == "better"
-        if (v.verdict != "better" and not starts_only) or (ok is not None and v.mode not in ok):
+        # Open under the α-spending looks, but every round together reads better (its t interval below 1): not
+        # enough alone, enough beside the other races' verdict, an independent sample of engine starts.
+        rounds_only = v.verdict == "undecided" and not starts_only and v.hi_all is not None and v.hi_all < 1.0
+        if (v.verdict != "better" and not starts_only and not rounds_only) or (ok is not None and v.mode not in ok):
             continue
-        if (v.starts >= 2 and not starts_only) or v.mode in backed:
+        if (v.starts >= 2 and not starts_only and not rounds_only) or (v.mode in backed and not rounds_only):
             better.append(v)
             continue
         others = across(v.mode, v.delta, v.confidence)
@@ -507,6 +510,8 @@ def _acted_on(chosen: Mapping[str, RaceVerdict], ok: set[str] | None, backed: se
             if starts_only:
                 held.add(v.mode)
             continue
+        if rounds_only:
+            continue  # left to _likely_to_settle's note
         if starts_only:
             notes.append(f"race: {v.describe()}; over its {v.starts} engine starts of each side the interval reads "
                          "better, but no A/A arm measured the start effect and no other paired comparison "
