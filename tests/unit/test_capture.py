@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from graphmode.core.records import StepSizes
-from graphmode.profiling.logparse import parse_startup_log_file
 from graphmode.selector.capture import CaptureBudget, choose_capture_sizes, parse_keep
 from graphmode.selector.capture_costs import (
     CaptureCosts,
@@ -20,6 +19,7 @@ from graphmode.selector.capture_costs import (
     measured_kv_bytes_per_token,
 )
 from graphmode.selector.capture_steps import step_distribution
+from tests.support.logs import parse_startup_log_file
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "tests" / "fixtures" / "vllm-0.24-h200"

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from graphmode.profiling.logparse import parse_startup_log, parse_startup_log_file
+from graphmode.profiling.logparse import parse_startup_log
+from tests.support.logs import parse_startup_log_file
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 H200_033 = FIXTURES / "vllm-0.33-h200"

@@ -7,16 +7,12 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "graphmode"
 LAB_RUN = re.compile(r"\b(?:leases? \d+|session \d+)", re.IGNORECASE)
-# Files still citing lab runs, being rewritten on other branches; drop each from the set once it is clean.
-PENDING = {"profiling/race.py", "profiling/sequential.py", "profiling/campaign.py", "core/records.py"}
 
 
 def test_no_source_file_cites_a_lab_run() -> None:
     found = []
     for path in sorted(SRC.rglob("*.py")):
         rel = path.relative_to(SRC).as_posix()
-        if rel in PENDING:
-            continue
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if LAB_RUN.search(line):
                 found.append(f"{rel}:{n}: {line.strip()}")

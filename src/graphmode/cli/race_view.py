@@ -104,8 +104,11 @@ def race_config(args: list[str], o: RaceOptions, s: Settings) -> RaceConfig:
     starts = _pick(o.starts, r.starts if replicas == 1 else replicas)
     try:
         check_replicas(replicas, starts, o.control)
+        # α spent over the looks (a look every round): a verdict the race stops on has its stated error rate,
+        # the same rule the selector's verdicts use
         rule = SequentialRule(delta=_pick(o.delta, r.delta), confidence=_pick(o.confidence, r.confidence),
-                              min_rounds=_pick(o.min_rounds, r.min_rounds), start_margin=r.start_margin)
+                              min_rounds=_pick(o.min_rounds, r.min_rounds), start_margin=r.start_margin,
+                              spend=True)
     except (ValueError, ConfigError) as exc:
         raise ConfigError(str(exc)) from None
     return RaceConfig(

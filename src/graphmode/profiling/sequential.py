@@ -378,8 +378,8 @@ def needed_to_decide(d: Decision, rule: SequentialRule = SequentialRule(), limit
     the smallest ``N`` with ``t_{N-1} · sd / sqrt(N)`` inside the distance from the estimate to the
     boundary it is nearest to crossing ("equivalent" inside ``±ln(1+δ)``, "worse" past ``ln(1+δ)``,
     "better" past ``ln(1-δ)``). Planning arithmetic, not a power calculation: the estimate itself moves.
-    None for decided verdicts and verdicts without an interval. Why: lease 8's open capture races needed
-    this by hand (the 1B: ~70 rounds at 2 req/s; the 8B: 1-2)."""
+    None for decided verdicts and verdicts without an interval. Why: open capture-list races on the H200
+    needed this worked out by hand (the 1B: ~70 rounds at 2 req/s; the 8B: 1-2)."""
     if d.decided or d.ratio is None or d.lo is None or d.hi is None or d.ratio <= 0 or d.lo <= 0:
         return None
     over_blocks = d.over_starts

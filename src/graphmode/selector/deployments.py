@@ -1,7 +1,7 @@
 """Which deployment configurations a model was trained on, and whether a deployment is one of them.
 
-A card trained since configurations were recorded carries one per shape (``card.shapes``, the fields of
-:data:`graphmode.core.deployment.SHAPE_FIELDS`). An older card does not; its own evidence then decides: the
+A card trained since configurations were recorded carries one per shape (``card.shapes``: the deployment
+configuration fields that change which graphs vLLM runs). An older card does not; its own evidence then decides: the
 vLLM args of its fingerprints (the exact arguments the profiler passed, so an absent flag was vLLM's default)
 and, for the attention backend, the start-up logs its datasets recorded when those files are still where the
 card says. What neither proves stays unknown, and the answer says so.

@@ -121,10 +121,11 @@ def log_distance(a: Mapping[str, float], b: Mapping[str, Any]) -> float | None:
 
 def pooled_disagrees(pooled: Mapping[str, RaceVerdict], regions: Sequence[RaceVerdict], features: Mapping[str, Any],
                   chosen: dict[str, RaceVerdict], notes: list[str]) -> str | None:
-    """A pooled "better" (or a pooled verdict whose rounds all together read better) answers only where the per-workload verdict nearest the request agrees (its rounds
-    read the same side, and it is not worse or equivalent): the effect depends on the load (FULL's TTFT win at
-    concurrency 1 is gone on prefill-heavy traffic at 32 req/s). Where it disagrees, that workload's verdict
-    stands for the mode (*chosen* is updated) and its name is returned."""
+    """A pooled "better" (or a pooled verdict whose rounds all together read better) answers only where the
+    per-workload verdict nearest the request agrees (its rounds read the same side, and it is not worse or
+    equivalent): the effect depends on the load (FULL's TTFT win at concurrency 1 is gone on prefill-heavy
+    traffic at 32 req/s). Where it disagrees, that workload's verdict stands for the mode (*chosen* is
+    updated) and its name is returned."""
     dists = {v.workload: d for v in regions if (d := log_distance(v.features, features)) is not None}
     if not dists:
         return None

@@ -18,8 +18,7 @@ the settings' race group) gives, per (shape, mode, metric):
 * a **worse** mode is never recommended for that metric; an undecided one neither (no evidence).
 
 A region verdict overrides the pooled one where the pooled verdict is open and the request's nearest raced
-workload has a decided verdict (the effect depends on the workload). Without race rows for the shape and
-metric the decision is None and the unpaired tie rule stands.
+workload has a decided verdict. Without race rows for the shape and metric the decision is None.
 
 Every round carries its block (the mode's engine start, the default's: ``race_start_id`` within its race),
 so with two starts or more of each the statistics take blocks, not rounds, as the unit of replication
@@ -34,14 +33,10 @@ independent comparison agrees: a paired campaign verdict (:mod:`graphmode.select
 other hosts) on the same side, or the other races of the model (:func:`across_races`). Otherwise the answer
 keeps the default and says why. "Worse" needs no such guard: it only keeps a mode out.
 
-Across races. Every race (one model shape and deployment configuration) starts its own engines, so the
-ratios (each over all its rounds) of one mode and metric over the *other* races of a model (one GPU, one
-vLLM release) are independent draws of "mode against default, start effect included". Their one-sample t interval of the
-mean log ratio (n races, random effects: configurations and starts both vary) says whether the effect is
-the mode's or a start's: one start moves TTFT p50 by ~20% either way (A/A arms, H200), so a start cannot
-put n independent races on one side. A one-start "better" is acted on when the other races' interval,
-without the race itself, is better by δ too (at least :data:`MIN_OTHER_RACES` of them). Measured
-2026-12-02 (H200, vLLM 0.33, 7 races): FULL's TTFT p50 0.755× the default's, 95% interval 0.716–0.797.
+Across races (:mod:`graphmode.selector.across`): each race starts its own engines, so the all-rounds ratios
+of one mode over the *other* races of a model are independent draws of "mode against default, start effect
+included"; a one-start "better", or a pooled verdict whose every round together reads better, is acted on
+when their t interval is better by δ too (at least :data:`MIN_OTHER_RACES` of them).
 """
 
 from __future__ import annotations
