@@ -167,7 +167,8 @@ def test_the_bundled_033_model_answers_full_for_ttft_where_vllm_runs_it() -> Non
     base[-1] = str(root / "models" / "shapes" / "qwen3-30b-a3b.json")
     moe = answer("itl_p50", "")
     assert moe["mode"] == D
-    assert any("never recommended for itl_p50" in n and "PIECEWISE" in n for n in moe["notes"])  # type: ignore[attr-defined]
+    # its PIECEWISE race (2.17x ITL over 3 rounds) is open once α is spent over the looks: still never chosen
+    assert moe["race"] is None or moe["race"]["mode"] == D  # type: ignore[index]
 
 
 def test_each_race_counts_with_its_ratio_over_every_round() -> None:

@@ -17,8 +17,7 @@ the settings' race group) gives, per (shape, mode, metric):
   among the default and its equivalents decides);
 * a **worse** mode is never recommended for that metric; an undecided one neither (no evidence).
 
-A region verdict overrides the pooled one where the pooled verdict is open and the request's nearest raced
-workload has a decided verdict. Without race rows for the shape and metric the decision is None.
+An open pooled verdict gives way to the nearest raced workload's decided one; no race rows, no decision.
 
 Every round carries its block (the mode's engine start, the default's: ``race_start_id`` within its race),
 so with two starts or more of each the statistics take blocks, not rounds, as the unit of replication
@@ -434,7 +433,8 @@ def race_decision(
 
     better, support, held = _acted_on(chosen, ok, set(corroborated), across, aa, notes)
     worse = sorted(m for m, v in chosen.items() if v.verdict == "worse")
-    undecided = sorted(m for m, v in chosen.items() if v.verdict == "undecided" and m not in held)
+    acted = held | {v.mode for v in better}
+    undecided = sorted(m for m, v in chosen.items() if v.verdict == "undecided" and m not in acted)
     notes += _likely_to_settle([chosen[m] for m in undecided], ok, across)
     equivalent = _equivalents(chosen, constants, default_mode)
     return _conclude(chosen, better, support, held, equivalent, worse, undecided, region, metric, order, ok,
