@@ -240,11 +240,26 @@ def _fit_gib(rows: Sequence[tuple[list[int], str, float]], *,
     a, b = _nonneg_lstsq(x, y) if ident else (float(y @ n / (n @ n)), 0.0)
     xc = np.column_stack([np.ones(len(rows)), x])
     if base and ident and len(rows) >= GIB_BASE_MIN_STARTS and np.linalg.matrix_rank(xc) >= 3:
-        from scipy.optimize import nnls  # scipy comes with scikit-learn; slow to import, rarely needed
-
-        c, a, b = (float(v) for v in nnls(xc, y)[0])
+        c, a, b = (float(v) for v in _nnls(xc, y))
         return ident, True, c, a, b
     return ident, ident, 0.0, a, b
+
+
+def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative least squares for a few columns, exactly: the best of the least-squares fits on every
+    subset of columns whose coefficients are all >= 0 (the optimum is one of them). numpy only, so that
+    `launch` predicting a capture list imports no scipy."""
+    best, coef = np.inf, np.zeros(x.shape[1])
+    for mask in range(1, 2 ** x.shape[1]):
+        cols = [j for j in range(x.shape[1]) if mask >> j & 1]
+        sol, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
+        if (sol < 0).any():
+            continue
+        err = float(np.sum((y - x[:, cols] @ sol) ** 2))
+        if err < best:
+            best, coef = err, np.zeros(x.shape[1])
+            coef[cols] = sol
+    return coef
 
 
 def _nonneg_lstsq(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:

@@ -98,7 +98,7 @@ def capture_answer(mode: str, step_sizes: StepSizes, *, vllm_args: Sequence[str]
                    served_config: Mapping[str, Any] | None = None, budget: CaptureBudget | None = None,
                    costs: CaptureCosts | None = None, model_folder: Path | None = None,
                    env: Mapping[str, str] | None = None, prediction: StepPrediction | None = None,
-                   notes: list[str] | None = None) -> CaptureAnswer:
+                   notes: list[str] | None = None, evidence: bool = True) -> CaptureAnswer:
     """The capture sizes for ``mode`` and ``step_sizes`` in this deployment, priced by the model folder's
     engine starts, with what its races measured and what speculative decoding does to the list."""
     dep = deployment_of(vllm_args, served_config, env)
@@ -124,7 +124,7 @@ def capture_answer(mode: str, step_sizes: StepSizes, *, vllm_args: Sequence[str]
     if prediction is not None:
         capture.steps_predicted = prediction
         capture.notes.insert(0, prediction.note())
-    if model_folder is not None:
+    if model_folder is not None and evidence:
         _add_evidence(capture, model_folder, served_config)
     if dep.speculative_k and mode in {"FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"}:
         _spec_decode_note(capture, dep.speculative_k + 1)
@@ -133,7 +133,7 @@ def capture_answer(mode: str, step_sizes: StepSizes, *, vllm_args: Sequence[str]
 
 def described_capture(desc: WorkloadDescription, mode: str, *, vllm_args: Sequence[str] = (),
                       served_config: Mapping[str, Any] | None = None, model_folder: Path | None = None,
-                      notes: list[str]) -> CaptureAnswer | None:
+                      notes: list[str], evidence: bool = True) -> CaptureAnswer | None:
     """The capture answer for a described workload when no recommendation went through :func:`complete`
     (a mode from the decision table or the card): its steps predicted from the model folder's cells."""
     if mode == "NONE":
@@ -143,7 +143,7 @@ def described_capture(desc: WorkloadDescription, mode: str, *, vllm_args: Sequen
         return None
     notes.append(prediction.note())
     return capture_answer(mode, steps, vllm_args=vllm_args, served_config=served_config,
-                          model_folder=model_folder, prediction=prediction, notes=notes)
+                          model_folder=model_folder, prediction=prediction, notes=notes, evidence=evidence)
 
 
 def described_capture_in(models_dir: Path, model_id: str | None, target: Fingerprint | None,
@@ -159,8 +159,10 @@ def described_capture_in(models_dir: Path, model_id: str | None, target: Fingerp
         notes.append(f"no model to predict the described workload's step sizes from ({exc}): vLLM's default "
                      "capture sizes")
         return None
+    # no race evidence here: it recomputes verdicts (scipy's t quantiles), and launch's decision-table path
+    # must start vLLM without importing scipy; `recommend` carries the evidence
     return described_capture(desc, mode, vllm_args=vllm_args, served_config=served_config,
-                             model_folder=entry.folder, notes=notes)
+                             model_folder=entry.folder, notes=notes, evidence=False)
 
 
 def predicted_steps(desc: WorkloadDescription, rec: Recommendation | None, vllm_args: Sequence[str],
