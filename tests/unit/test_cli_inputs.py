@@ -90,7 +90,8 @@ def test_a_servers_version_is_printed_without_escapes(evil_server: str) -> None:
     result = CliRunner().invoke(app, ["recommend", "--server", evil_server, "--window", "0.2", "--interval", "0.1",
                                       "--models-dir", str(REPO / "models")])
     assert result.exit_code == 0, result.output
-    assert "RED" in result.output  # the version is quoted (in the fingerprint warning) ...
+    # a /version that is no version is not taken (nor printed): the answer says which release it assumed ...
+    assert "RED" not in result.output and "no vLLM release given" in result.output
     assert "\x1b" not in result.output and "\x00" not in result.output and "\x07" not in result.output  # ... inert
     assert "\u202e" not in result.output
 

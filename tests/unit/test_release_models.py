@@ -18,9 +18,10 @@ def _release(model_id: str) -> str:
     return model_id.split("-vllm", 1)[1].split("-", 1)[0]
 
 
-def test_one_bundled_model_per_profiled_release() -> None:
-    releases = sorted(_release(e.model_id) for e in list_models(MODELS) if e.card is not None)
-    assert releases == ["0.24.0", "0.33.0"]
+def test_one_bundled_model_per_profiled_gpu_and_release() -> None:
+    cards = [e.card for e in list_models(MODELS) if e.card is not None]
+    assert sorted(c.vllm_version or "" for c in cards if c.gpu_name == H200) == ["0.24.0", "0.33.0"]
+    assert [c.vllm_version for c in cards if c.gpu_name == "NVIDIA H100 80GB HBM3"] == ["0.33.0"]
 
 
 @pytest.mark.parametrize("release", ["0.24.0", "0.33.0"])

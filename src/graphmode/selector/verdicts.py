@@ -495,7 +495,7 @@ def _acted_on(chosen: Mapping[str, RaceVerdict], ok: set[str] | None, backed: se
         rounds_only = v.verdict == "undecided" and not starts_only and v.hi_all is not None and v.hi_all < 1.0
         if (v.verdict != "better" and not starts_only and not rounds_only) or (ok is not None and v.mode not in ok):
             continue
-        if (v.starts >= 2 and not starts_only and not rounds_only) or (v.mode in backed and not rounds_only):
+        if (v.starts >= 2 and not starts_only and not rounds_only) or v.mode in backed:
             better.append(v)
             continue
         others = across(v.mode, v.delta, v.confidence)
