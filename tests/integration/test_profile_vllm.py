@@ -82,7 +82,10 @@ def test_adaptive_cell_against_real_vllm(first_run: tuple[subprocess.CompletedPr
     assert r["chunk_tokens_mean"] is not None and r["chunk_tokens_mean"] >= 1
     # vLLM's own mean ITL over the window, read from /metrics, agrees with the client's TPOT
     assert r["server_itl_mean"] is not None and 0.5 * r["tpot_p50"] <= r["server_itl_mean"] <= 2 * r["tpot_p50"]
-    assert r["ttft_p50_ci"] is not None and r["itl_p50_ci"] is not None
+    assert r["ttft_p50_ci"] is not None
+    # The ITL interval needs three half-second sub-windows with five arrivals each; a client the box starves
+    # reads in bursts and may not give it. The rule: a cell without it cannot stop on its interval.
+    assert r["itl_p50_ci"] is not None or r["stopped_by"] == "max"
     if r["stopped_by"] == "ci":
         assert r["itl_p50_ci"] <= 0.05 and r["ttft_p50_ci"] <= 0.15
 
