@@ -295,10 +295,10 @@ def evidence_for(folder: Path, chosen: Sequence[int],
                  served_config: Mapping[str, Any] | None) -> CaptureEvidence | None:
     """:func:`capture_evidence` over a model folder's datasets (its card's cost sources)."""
     from graphmode.core.fingerprint import shape_of_config
-    from graphmode.selector.card import ModelCard
+    from graphmode.selector.card import cost_paths
 
     shape = shape_of_config(dict(served_config)) if served_config else {}
-    paths = [src.resolve(folder) for src in ModelCard.load(folder).dataset.cost_sources()]
+    paths = list(cost_paths(folder))
     return capture_evidence(paths, chosen, model_config_hash=shape.get("model_config_hash"),
                             num_params_b=shape.get("num_params_b"))
 

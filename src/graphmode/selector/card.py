@@ -9,6 +9,7 @@ before it is loaded.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import platform
 from importlib import metadata
@@ -264,3 +265,16 @@ class ModelCard(_Card):
                 f"{CARD_SCHEMA_VERSION}: retrain"
             )
         return card
+
+
+def cost_paths(folder: Path) -> tuple[Path, ...]:
+    """The datasets a model folder's card names for costs and step sizes, resolved (sha256-checked) once per
+    version of its card: the service asks for them on every described request."""
+    card = folder / "card.json"
+    st = card.stat()
+    return _cost_paths(str(folder), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _cost_paths(folder: str, _mtime_ns: int, _size: int) -> tuple[Path, ...]:
+    return tuple(src.resolve(Path(folder)) for src in ModelCard.load(Path(folder)).dataset.cost_sources())

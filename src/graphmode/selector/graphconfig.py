@@ -105,9 +105,9 @@ def capture_answer(mode: str, step_sizes: StepSizes, *, vllm_args: Sequence[str]
     if costs is None and model_folder is not None:
         shape = shape_of_config(dict(served_config)) if served_config else {}
         try:
-            from graphmode.selector.card import ModelCard
+            from graphmode.selector.card import cost_paths
 
-            paths = [src.resolve(model_folder) for src in ModelCard.load(model_folder).dataset.cost_sources()]
+            paths = list(cost_paths(model_folder))
             costs = costs_from_dataset(*paths, model_config_hash=shape.get("model_config_hash"),
                                        num_params_b=shape.get("num_params_b"))
         except (DatasetError, ModelError, OSError) as exc:
@@ -176,9 +176,9 @@ def predicted_steps(desc: WorkloadDescription, rec: Recommendation | None, vllm_
         return None, None
     shape = shape_of_config(dict(served_config)) if served_config else {}
     try:
-        from graphmode.selector.card import ModelCard
+        from graphmode.selector.card import cost_paths
 
-        paths = [src.resolve(model_folder) for src in ModelCard.load(model_folder).dataset.cost_sources()]
+        paths = list(cost_paths(model_folder))
         rows = shape_rows(paths, shape.get("model_config_hash"), shape.get("num_params_b"))
     except (DatasetError, ModelError, OSError) as exc:
         notes.append(f"step sizes not predicted ({exc}): vLLM's default capture sizes")

@@ -103,8 +103,16 @@ def shape_rows(paths: Iterable[Any], model_config_hash: str | None = None,
 def _rows_with_steps(path: str, _mtime_ns: int, _size: int) -> tuple[dict[str, Any], ...]:
     from graphmode.core.dataset import ProfileStore
 
+    out = []
     with ProfileStore(path, readonly=True) as store:
-        return tuple(dict(r, _dataset=path) for r in store.rows(status="ok") if r.get("step_sizes"))
+        for r in store.rows(status="ok"):
+            if not r.get("step_sizes"):
+                continue
+            row = dict(r, _dataset=path)
+            steps = step_sizes_of(row)  # parsed once per file version, not per request
+            row["_parsed"] = (steps, _spec(row), _cell_load(steps, row) if steps is not None else None)
+            out.append(row)
+    return tuple(out)
 
 
 def _spec(row: Mapping[str, Any]) -> WorkloadDescription | None:
@@ -138,15 +146,22 @@ def _described_load(desc: WorkloadDescription, row: Mapping[str, Any], spec: Wor
     return max(min(load, float(max_num_seqs)), 1.0), how
 
 
-def _moved(steps: StepSizes, scale: float, max_num_seqs: int) -> tuple[np.ndarray, dict[int, int], int]:
-    """The cell's steps as a weight per token count after moving its decode batches by ``scale``."""
-    dist = step_distribution(steps, _LIMIT)
+def _moved(steps: StepSizes, scale: float, max_num_seqs: int,
+           row: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[int, int], int]:
+    """The cell's steps as a weight per token count after moving its decode batches by ``scale`` (the cell's
+    distribution kept in its cached *row*: the same cells answer many requests)."""
+    dist = row.get("_dist") if row is not None else None
+    if dist is None:
+        dist = step_distribution(steps, _LIMIT)
+        if row is not None:
+            row["_dist"] = dist
     b_cell = max((k for k in steps.running if k > 0), default=1)
     b_new = min(max(round(b_cell * scale), 1), max_num_seqs)
     out = np.zeros(_LIMIT + 1)
+    total = max(dist.total, 1e-12)  # once: it sums the whole weight array
     for n in np.nonzero(dist.weight)[0]:
         m = min(max(round(n * scale), 1), max_num_seqs) if n <= b_cell else n - b_cell + b_new
-        out[min(m, _LIMIT)] += dist.weight[n] / max(dist.total, 1e-12)
+        out[min(m, _LIMIT)] += dist.weight[n] / total
     running: dict[int, int] = {}
     for k, c in steps.running.items():
         key = min(max(round(k * scale), 1), max_num_seqs) if k > 0 else 0
@@ -160,10 +175,13 @@ def predict_steps(desc: WorkloadDescription, rows: Iterable[Mapping[str, Any]], 
     profiled cell that has step sizes, a workload spec and a load."""
     scored = []
     for r in rows:
-        steps, spec = step_sizes_of(dict(r)), _spec(r)
+        parsed = r.get("_parsed")
+        if parsed is None:
+            steps = step_sizes_of(dict(r))
+            parsed = (steps, _spec(r), _cell_load(steps, r) if steps is not None else None)
+        steps, spec, load_c = parsed
         if steps is None or spec is None or not steps.steps:
             continue
-        load_c = _cell_load(steps, r)
         got = _described_load(desc, r, spec, batch_mean, max_num_seqs)
         if load_c is None or got is None:
             continue
@@ -180,7 +198,7 @@ def predict_steps(desc: WorkloadDescription, rows: Iterable[Mapping[str, Any]], 
     running: dict[int, int] = {}
     cells: list[PredictedCell] = []
     for dist, path, r, steps, spec, load_c, load_d, _how in picked:
-        w, run, b_new = _moved(steps, load_d / load_c, max_num_seqs)
+        w, run, b_new = _moved(steps, load_d / load_c, max_num_seqs, r if isinstance(r, dict) else None)
         weight += w
         for k, c in run.items():
             running[k] = running.get(k, 0) + c
