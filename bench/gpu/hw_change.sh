@@ -9,7 +9,7 @@
 #   bench/gpu/hw_change.sh after SHAPE DATASET   # train on DATASET into the served registry, reload, ask again
 # Python packages graphmode needs beyond the host's and vLLM's site (skops and its prettytable) travel as
 # wheels in .whl/ and go to /tmp/site-gm. The service listens on 127.0.0.1:$GM_HW_PORT (8300).
-# Runbook: docs/operations.md, "Air-gapped GPU-host runbook".
+# Runbook: docs/lab/operations.md, "Air-gapped GPU-host runbook"; the run on an H100: docs/results/h100-vllm0.33.md.
 set -uo pipefail
 phase="$1"; shape="$2"
 site="${GM_SITE:-/tmp/site-0.33}"
