@@ -317,8 +317,10 @@ def test_service_answers_with_the_capture_block() -> None:
         assert data["capture"]["kv_tokens_gained"] > 0 and data["mode"] != "FULL"
         assert json.loads(data["compilation_config"])["cudagraph_capture_sizes"] == [16]
         plain = tc.post("/v1/recommend", json={"workload": body["workload"]}).json()
-        # no step sizes given: a description's steps are predicted from the model's profiled cells
-        assert plain["capture"] is not None and plain["capture"]["steps_predicted"]["predicted"] is True
+        assert plain["capture"] is None  # a bare description asks for no capture list (it costs tens of ms)
+        # asked for (a budget): the description's steps are predicted from the model's profiled cells
+        asked = tc.post("/v1/recommend", json={"workload": body["workload"], "capture_budget": {}}).json()
+        assert asked["capture"] is not None and asked["capture"]["steps_predicted"]["predicted"] is True
         bad = tc.post("/v1/recommend", json={**body, "step_sizes": {"le": "x"}})
         assert bad.status_code == 422
         roomy = {**body, "capture_budget": {"max_sizes": 3, "always_keep": [1, 2]}}

@@ -42,6 +42,9 @@ class Request:
     env: Mapping[str, str] | None = None
     step_sizes: StepSizes | None = None
     budget: CaptureBudget | None = None
+    # a capture list predicted from a workload description (tens of ms: the profiled cells are scored): the
+    # CLI and launch ask for it; the service only when the body asks for capture sizes (a budget, args, steps)
+    predict_capture: bool = True
 
 
 def decide(rec: Recommender, request: Request) -> Recommendation:
@@ -57,7 +60,8 @@ def decide(rec: Recommender, request: Request) -> Recommendation:
     if deployment is not None:
         rec = rec.for_deployment(deployment)
     answer = rec.recommend(request.inputs, request.objective, source=request.source)
-    described = isinstance(request.inputs, WorkloadDescription)  # its step sizes are predicted for a capture list
+    # a description's step sizes are predicted for a capture list, where asked
+    described = isinstance(request.inputs, WorkloadDescription) and request.predict_capture
     if request.step_sizes is None and request.vllm_args is None and not described:
         return answer
     return _complete(answer, rec, request, served)
@@ -67,7 +71,8 @@ def _complete(answer: Recommendation, rec: Recommender, request: Request,
               served: dict[str, Any] | None) -> Recommendation:
     from graphmode.selector.graphconfig import complete
 
-    description = request.inputs if isinstance(request.inputs, WorkloadDescription) else None
+    description = (request.inputs if isinstance(request.inputs, WorkloadDescription) and request.predict_capture
+                   else None)
     kwargs: dict[str, Any] = dict(step_sizes=request.step_sizes, vllm_args=list(request.vllm_args or []),
                                   served_config=served, budget=request.budget, model_folder=rec.folder,
                                   env=request.env)

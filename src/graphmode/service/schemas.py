@@ -278,7 +278,9 @@ class RecommendRequest(_Strict):
         "recommended, and its configuration (TP size, attention backend, quantization, speculative decoding, "
         "max_num_seqs) is compared with the trained ones: an unlike one is answered with a warning"
     )
-    capture_budget: CaptureBudget | None = Field(None, description="limits on graph count, capture s, graph GiB")
+    capture_budget: CaptureBudget | None = Field(
+        None, description="limits on graph count, capture s, graph GiB; given ({} for none), a workload "
+        "description's capture list is predicted from the model's profiled cells")
 
     @field_validator("served_model_config")
     @classmethod

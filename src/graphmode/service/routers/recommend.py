@@ -241,7 +241,8 @@ def answer(
     served = body.served_model_config.as_dict() if body.served_model_config is not None else None
     request = Request(inputs=inputs, objective=objective, source=source, vllm_args=body.vllm_args,
                       served_config=served, deployment=body.deployment(), env={}, step_sizes=body.step_sizes,
-                      budget=body.capture_budget)
+                      budget=body.capture_budget,
+                      predict_capture=body.capture_budget is not None or body.vllm_args is not None)
     try:
         result = decide(rec, request)
     except ObjectiveError as exc:
