@@ -304,7 +304,6 @@ def _inputs(opts: RecommendOptions) -> Any:
 
     from graphmode.core.records import ObservedFeatures
     from graphmode.selector.describe import WorkloadDescription
-    from graphmode.service.schemas import FeaturesIn
 
     described = opts.rate is not None or opts.input_tokens is not None or opts.output_tokens is not None
     if sum([described, opts.features is not None, opts.server is not None]) != 1:
@@ -320,6 +319,9 @@ def _inputs(opts: RecommendOptions) -> Any:
             raise ConfigError(f"workload description: {validation_message(exc, WORKLOAD_FLAGS)}") from None
     if opts.features is None:
         return None
+    # the service's schema (its import reaches the scraping code, the profile extra): only for --features
+    from graphmode.service.schemas import FeaturesIn
+
     try:  # the service's rules: finite, >= 0, within each feature's range, one traffic feature
         return ObservedFeatures.model_validate(
             FeaturesIn.model_validate(_read_features(opts.features)).model_dump(exclude_unset=True))

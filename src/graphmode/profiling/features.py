@@ -92,28 +92,17 @@ import statistics
 from collections import deque
 from collections.abc import Iterator, Sequence
 
-from graphmode.core.records import ObservedFeatures, StepSizes, split_decode_mixed
+from graphmode.core.records import (  # the feature rules live beside ObservedFeatures; re-exported here
+    FEATURE_MAX,
+    FEATURE_MAX_BY_NAME,
+    ObservedFeatures,
+    StepSizes,
+    feature_range_error,
+    split_decode_mixed,
+)
 from graphmode.profiling.metrics import Histogram, MetricsSnapshot
 
-# Upper bounds of observed features: far above any server's traffic (a billion requests or tokens per
-# second, a billion-token mean), far below where the estimators' arithmetic would overflow (1e154 in one
-# feature once answered 500). KV-cache usage is a fraction (older vLLM: a percentage). The service's
-# ``features`` body and scraped features are held to the same bounds.
-FEATURE_MAX = 1e9
-FEATURE_MAX_BY_NAME = {"kv_usage_mean": 100.0, "kv_usage_max": 100.0, "batch_var": 1e18}
-
-
-def feature_range_error(name: str, value: float) -> str | None:
-    """Why ``value`` is not a valid observed feature ``name`` (negative, not finite, above its bound), or None."""
-    if not math.isfinite(value):
-        return f"{name} must be a finite number, got {value}"
-    if value < 0:
-        return f"{name} must be >= 0, got {value}"
-    top = FEATURE_MAX_BY_NAME.get(name, FEATURE_MAX)
-    if value > top:
-        return f"{name} must be <= {top:g}, got {value:.3g}: not a server's traffic"
-    return None
-
+__all__ = ["FEATURE_MAX", "FEATURE_MAX_BY_NAME", "compute_features", "feature_range_error"]
 
 def compute_features(snapshots: Sequence[MetricsSnapshot]) -> ObservedFeatures:
     """The :class:`ObservedFeatures` of ``snapshots`` (see the module docstring for definitions)."""

@@ -27,8 +27,9 @@ from pydantic import (
 from graphmode.core.errors import ConfigError, ObjectiveError
 from graphmode.core.fingerprint import shape_of_config
 from graphmode.core.modes import CudaGraphMode, parse_mode
-from graphmode.core.records import ObservedFeatures, StepSizes
-from graphmode.profiling.features import FEATURE_MAX, FEATURE_MAX_BY_NAME, feature_range_error  # noqa: F401 (API)
+
+# the scraped features' rules (core.records, no profile extra needed): one place for both paths
+from graphmode.core.records import FEATURE_MAX, FEATURE_MAX_BY_NAME, ObservedFeatures, StepSizes, feature_range_error  # noqa: F401 (API)
 from graphmode.profiling.grid import Grid
 from graphmode.selector.capture import CaptureBudget
 from graphmode.selector.card import ModelCard
