@@ -22,7 +22,8 @@
 # config.json, made from models/shapes/llama-3.2-1b.json), GM_WATCH_KV (8G), GM_WATCH_WORK (/tmp/gmw), and
 # bench/watch_drive.py's GM_WATCH_* (STRATEGY blue-green, INITIAL: vLLM's default, OBJECTIVE ttft_p50,
 # INTERVAL 1, EVALUATE_EVERY 3, CONFIRMATIONS 3, WINDOW_S 15, MIN_DWELL_S 20, COOLDOWN_S 30, A_MAX_S 180,
-# A_AFTER_S 20, B_S 60, B_RATE 4, B_INPUT 2048, DEADLINE_S 560, MODEL_ID: the one watch picks, ...).
+# A_AFTER_S 20, B_S 60, B_RATE 4, B_INPUT 2048, DEADLINE_S 560, MODEL_ID: the one watch picks, ...),
+# GM_WATCH_CACHE_FROM (a race's per-arm compile caches of the 1B, e.g. /tmp/gmr/logs-llama-3.2-1b/vllm-cache).
 set -uo pipefail
 wait_s="${1:?usage: watch_run.sh WAIT_S [-- vLLM args]}"; shift
 [ "${1:-}" = "--" ] && shift
@@ -50,6 +51,12 @@ if ! running && { [ ! -f "$work/drive.pid" ] || [ "${GM_WATCH_FRESH:-0}" = 1 ]; 
   args=(--load-format dummy --skip-tokenizer-init --max-model-len 4096 --kv-cache-memory-bytes "${GM_WATCH_KV:-8G}"
         --gpu-memory-utilization 0.05 "$@")
   export PYTHONPATH="$pp:$work/src" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
+  if [ -n "${GM_WATCH_CACHE_FROM:-}" ]; then
+    # a race of the same shape left one compile cache per arm: merged, watch's starts skip the cold compile
+    mkdir -p "$work/vllm-cache"
+    for d in "$GM_WATCH_CACHE_FROM"/*/; do [ -d "$d" ] && cp -rn "$d". "$work/vllm-cache/"; done
+    export VLLM_CACHE_ROOT="$work/vllm-cache"
+  fi
   if [ -f "$site.env" ]; then . "$site.env"; fi  # the CUDA library setup unpack.sh chose
   echo "$(date -u +%FT%TZ) host: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)" \
     > "$work/drive.out"
