@@ -100,9 +100,8 @@ class Recommender:
         self._train_z = self.spec.standardize(model.train_x) if model.train_x.size else model.train_x
         self._const_cache: dict[str, list[dict[str, float | None]]] = {}
         self._across: dict[Any, Any] = {}  # across-races intervals of this card's verdicts (race_decision's memo)
-        # Pure per-model memos, shared by the shape and deployment copies (each key holds what the value
-        # depends on beyond the model): regressor outputs per input row, a description's features per shape,
-        # the race verdicts' answer per request. Bounded (graphmode.selector.memo); a reload starts empty ones.
+        # Pure per-model memos shared by the shape and deployment copies, each key all its value depends on
+        # beyond the model (graphmode.selector.memo: bounded; a reload starts empty ones). See memos().
         self._y_memo: Memo[np.ndarray] = Memo()
         self._describe_memo: Memo[ObservedFeatures] = Memo()
         self._race_memo: Memo[RaceAnswer | None] = Memo()
@@ -236,6 +235,11 @@ class Recommender:
         other._deployment_warning = deployment_warning(other._shape, trained)
         other._const_rows = other._constants_for(other._shape)
         return other
+
+    def memos(self) -> dict[str, Memo[Any]]:
+        """This model's memos by name: regressor outputs per input row, a description's features per shape,
+        the race verdicts' answer per request (their sizes and hits)."""
+        return {"predictions": self._y_memo, "describe": self._describe_memo, "race": self._race_memo}
 
     @property
     def deployment_warning(self) -> str | None:
@@ -486,9 +490,8 @@ class Recommender:
               table: Mapping[str, Mapping[str, float | None]]) -> RaceAnswer | None:
         """What the race verdicts whose region holds the request decide (None: no verdicts for the shape).
 
-        :func:`race_decision` is pure in what it is given here: the request's region features, the ranking,
-        each mode's graph memory and start-up, the objective's metric, weights and constraints, the shape. So
-        its answer is memoised under exactly those; each caller gets its own copy of the answer's lists."""
+        :func:`race_decision` is pure in what it is given here (region features, ranking, each mode's costs, the
+        objective, the shape): memoised under exactly that; each caller gets its own copy of the lists."""
         if not self.card.race:
             return None
         shape = shape_key(self._shape) if self._shape else ""
