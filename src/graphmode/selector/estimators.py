@@ -44,8 +44,9 @@ MAX_D2 = 1e300
 
 
 def _standardize_one(x: FloatArray, mean: FloatArray, scale: FloatArray) -> FloatArray:
-    # inputs are finite (featurization fills NaN, requests reject inf): clip also maps an overflow's ±inf
-    return np.clip((x - mean) / scale, -MAX_ABS_Z, MAX_ABS_Z)
+    # inputs are finite (featurization fills NaN, requests reject inf): clipping also maps an overflow's ±inf
+    # (the ufuncs, not np.clip's wrapper: a few µs on a path called up to 30 times per answer)
+    return np.minimum(np.maximum((x - mean) / scale, -MAX_ABS_Z), MAX_ABS_Z)
 
 
 def _inverse_square_weights(d2: FloatArray) -> FloatArray:
@@ -235,17 +236,17 @@ def _knn_one(
     Zt, mean, scale = Zt.copy(), mean.copy(), scale.copy()
 
     def predict(x: FloatArray) -> FloatArray:
-        d2 = np.minimum(((_standardize_one(x, mean, scale) - Zt) ** 2).sum(axis=1), MAX_D2)
-        order = np.argsort(d2, kind="stable")
+        d2 = np.minimum(np.add.reduce((_standardize_one(x, mean, scale) - Zt) ** 2, axis=1), MAX_D2)
+        order = d2.argsort(kind="stable")
         out = np.empty(Yt.shape[1])
         w_sorted = _inverse_square_weights(d2[order])
-        out[dense] = (w_sorted[:kk] @ y_dense[order[:kk]]) / w_sorted[:kk].sum()
+        out[dense] = (w_sorted[:kk] @ y_dense[order[:kk]]) / np.add.reduce(w_sorted[:kk])
         if hole_cols.size:
             ok = hole_ok[order]  # (n, holes): which sorted rows measured each column
-            w = np.where(ok & (np.cumsum(ok, axis=0) <= kk), w_sorted[:, None], 0.0)
-            wsum = w.sum(axis=0)
+            w = np.where(ok & (ok.cumsum(axis=0) <= kk), w_sorted[:, None], 0.0)
+            wsum = np.add.reduce(w, axis=0)
             with np.errstate(invalid="ignore", divide="ignore"):
-                out[hole_cols] = np.where(wsum > 0, (w * hole_y[order]).sum(axis=0) / wsum, np.nan)
+                out[hole_cols] = np.where(wsum > 0, np.add.reduce(w * hole_y[order], axis=0) / wsum, np.nan)
         return out
 
     return predict
