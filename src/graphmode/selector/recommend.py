@@ -8,9 +8,11 @@
 Everything that does not depend on the request is done at load: the artifact is verified and loaded,
 the regressors are compiled to numpy (:meth:`ColumnwiseRegressor.compile`), the training inputs are
 standardized for the distance check, and the per-mode constants are predicted for the target shape.
-A request is then one vectorization, one matrix product (or neighbour lookup) for every (mode,
-metric), a ranking of at most five modes and one pydantic object. A :class:`Recommender` is
-immutable after load and safe to share between threads.
+A request is then one vectorization, one neighbour lookup for every (mode, metric), the race verdicts
+whose region holds it, a ranking of at most five modes and one pydantic object; the pure parts (regressor
+outputs, a description's features, the race's answer) are memoised per model (:meth:`memos`), so a repeated
+or similar request skips them. Apart from those bounded memos a :class:`Recommender` is immutable after
+load; it is safe to share between threads.
 """
 
 from __future__ import annotations
@@ -237,8 +239,7 @@ class Recommender:
         return other
 
     def memos(self) -> dict[str, Memo[Any]]:
-        """This model's memos by name: regressor outputs per input row, a description's features per shape,
-        the race verdicts' answer per request (their sizes and hits)."""
+        """This model's memos: regressor outputs per row, description features per shape, race answers."""
         return {"predictions": self._y_memo, "describe": self._describe_memo, "race": self._race_memo}
 
     @property
@@ -333,8 +334,7 @@ class Recommender:
         return self._describe_memo.get((self._shape_ident, desc), compute)
 
     def _vectorize(self, feats: Mapping[str, Any]) -> tuple[np.ndarray, list[str]]:
-        """``spec.vectorize(feats, self._shape)``, with the shape's columns computed once per shape (a copy
-        for another shape or deployment gets its own on first use)."""
+        """``spec.vectorize(feats, self._shape)``, the shape's columns computed once per shape (and copy)."""
         if self._vec_shape is not self._shape:
             shape = self._shape
             self._vec = self.spec.vectorizer(shape)
