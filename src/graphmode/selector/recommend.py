@@ -54,7 +54,7 @@ from graphmode.selector.memo import Memo
 from graphmode.selector.model import SelectorModel, _design
 from graphmode.selector.noise import noise_for
 from graphmode.selector.objective import METRICS, Objective, Ranking, make_objective, rank, relative_gain
-from graphmode.selector.paired import PairedVerdict
+from graphmode.selector.paired import PairedVerdict, paired_notes
 from graphmode.selector.region import REGION_FEATURES, race_command
 from graphmode.selector.registry import FingerprintMatch, match_card, select_model
 from graphmode.selector.specdecode import spec_decode_note
@@ -109,7 +109,7 @@ class Recommender:
         self._race_memo: Memo[RaceAnswer | None] = Memo()
         self._vec_shape: Mapping[str, Any] | bool | None = False  # the _shape the vectorizer below is for
         self._vec: Callable[[Mapping[str, Any]], tuple[np.ndarray, list[str]]] = self.spec.vectorizer(None)
-        self._shape_ident = ""
+        self._shape_ident = self._shape_key = ""
         self._shape_warning: str | None = None
         self._deployment_warning: str | None = None
         self._by_shape: dict[str, Recommender] = {}
@@ -256,7 +256,7 @@ class Recommender:
         the bare shapes' cells, at another load). The default stays: the answer's reference."""
         if not self._shape or not self.card.shape_modes:
             return []
-        measured = self.card.shape_modes.get(shape_key(self._shape))
+        measured = self.card.shape_modes.get(self._key)
         if not measured:
             return []
         return [m for m in table if m not in measured and m != self.default_mode]
@@ -285,7 +285,7 @@ class Recommender:
         if not self._shape or not self._paired:
             return []
         better = "lower" if METRICS[metric].direction == "min" else "higher"
-        return [v.mode for v in self._paired.get((shape_key(self._shape), metric), []) if v.verdict == better]
+        return [v.mode for v in self._paired.get((self._key, metric), []) if v.verdict == better]
 
     def _paired_notes(self, metric: str, best: str) -> tuple[list[str], list[str]]:
         """What the rounds measured on one host say against this answer (graphmode.selector.paired): the notes
@@ -293,20 +293,7 @@ class Recommender:
         if not self._shape or not self._paired:
             return [], []
         better = "lower" if METRICS[metric].direction == "min" else "higher"
-        settle, against = [], []
-        for v in self._paired.get((shape_key(self._shape), metric), []):
-            if v.mode != best and v.verdict == better and best == self.default_mode:
-                settle.append(
-                    f"paired inside rounds on one GPU for this model shape, {v.describe()}; the tie rule "
-                    f"counts differences between hosts as noise and keeps {best}. A paired round of "
-                    f"{v.mode} and {best} (graphmode profile --modes {v.mode},{best}) would settle it"
-                )
-            elif v.mode == best and v.verdict != better:
-                against.append(
-                    f"paired inside rounds on one GPU for this model shape, {v.describe()}: inside one "
-                    f"host the default measured better"
-                )
-        return settle, against
+        return paired_notes(self._paired.get((self._key, metric), []), better, best, self.default_mode)
 
     # ---------------------------------------------------------------- inputs
     def features_of(self, inputs: Inputs) -> tuple[dict[str, Any], FeatureSource]:
@@ -339,8 +326,16 @@ class Recommender:
             shape = self._shape
             self._vec = self.spec.vectorizer(shape)
             self._shape_ident = repr(sorted(shape.items())) if shape is not None else ""
+            self._shape_key = shape_key(shape) if shape else ""
             self._vec_shape = shape
         return self._vec(feats)
+
+    @property
+    def _key(self) -> str:
+        """``shape_key(self._shape)`` ("" without a shape), computed once per shape (and copy)."""
+        if self._vec_shape is not self._shape:
+            self._vectorize({})
+        return self._shape_key
 
     def _e2e_predictor(self) -> Callable[[dict[str, float | None]], float | None] | None:
         col = self._e2e_col
@@ -462,7 +457,7 @@ class Recommender:
             features={k: feats.get(k) for k in ObservedFeatures.model_fields}, features_source=source or src,
             model_id=self.model_id, fingerprint_keys=self.card.fingerprint_keys, fingerprint_match=self.match.kind,
             synthetic_model=self.card.synthetic, race=race,
-            noise=noise_for(self.card.race_noise, shape_key(self._shape) if self._shape else "", obj.metric),
+            noise=noise_for(self.card.race_noise, self._key, obj.metric),
             warnings=warnings, findings=findings, notes=[f.text for f in findings],
             elapsed_ms=(time.perf_counter() - t0) * 1e3,
         )
@@ -494,7 +489,7 @@ class Recommender:
         objective, the shape): memoised under exactly that; each caller gets its own copy of the lists."""
         if not self.card.race:
             return None
-        shape = shape_key(self._shape) if self._shape else ""
+        shape = self._key
         region = {f: feats[f] for f in REGION_FEATURES if feats.get(f) is not None}
         costs = {m: {k: row.get(k) for k in _EQUIVALENT_COSTS} for m, row in table.items()}
         allowed = [m for m, s in ranking.scores.items() if s is not None and s.status != "violates"]
@@ -566,12 +561,12 @@ class Recommender:
         if unmeasured:
             out.append(Finding(kind="unmeasured", text="not measured on this model shape and configuration, so never "
                                "chosen (its predictions would borrow other shapes'): " + ", ".join(unmeasured)))
-        spec = self.card.shape_spec_decode.get(shape_key(self._shape)) if self._shape else None
+        spec = self.card.shape_spec_decode.get(self._key) if self._shape else None
         if spec is not None:
             rate = feats.get("spec_acceptance_rate")
             out.append(Finding(kind="spec_decode", text=spec_decode_note(
                 spec, float(rate) if isinstance(rate, int | float) else None)))
-        spread = noise_for(self.card.race_noise, shape_key(self._shape) if self._shape else "", obj.metric)
+        spread = noise_for(self.card.race_noise, self._key, obj.metric)
         if spread is not None and spread.describe():
             out.append(Finding(kind="noise", text=f"noise on this model shape: {spread.describe()}"))
         frontend = frontend_note(feats.get("frontend_cpu_cores"))  # advice only: the mode stands
