@@ -144,3 +144,31 @@ def test_a_reload_answers_from_new_empty_memos(tmp_path: Path) -> None:
         before = first.json()
         assert {k: v for k, v in after.items() if k != "elapsed_ms"} == {
             k: v for k, v in before.items() if k != "elapsed_ms"}
+
+
+@needs_bundled
+def test_a_shapes_vectorizer_gives_each_column_as_the_spec_defines_it() -> None:
+    """FeatureSpec.vectorizer computes a shape's columns once; every column and every filled name, in column
+    order, is still what raw_value and transform give, for shapes with and without known configurations."""
+    import math
+
+    from graphmode.selector.featurize import transform
+
+    rec = Recommender.from_dir(REPO / "models" / MODEL)
+    spec = rec.spec
+    shapes: list[dict[str, Any] | None] = [None, *rec.card.shapes[:3],
+                                           {**rec.card.shapes[0], "deployment_unknown": ["speculative"]}]
+    rng = random.Random(3)
+    for shape in shapes:
+        vec = spec.vectorizer(shape)
+        for _ in range(20):
+            feats = {n: rng.choice([None, rng.uniform(0.1, 5000.0)]) for n in ObservedFeatures.model_fields}
+            x, filled = vec(feats)
+            want, want_filled = [], []
+            for i, name in enumerate(spec.names):
+                v = transform(spec.raw_value(i, feats, shape), spec.transforms[i])
+                if math.isnan(v):
+                    want_filled.append(name)
+                want.append(spec.fill[i] if math.isnan(v) else v)
+            assert x.tolist() == want and filled == want_filled
+            assert spec.vectorize(feats, shape)[1] == want_filled
