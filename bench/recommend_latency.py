@@ -18,13 +18,15 @@ to CPU 0 and the generator to CPU 1 (useful on a quiet box; on a shared one it o
 
 Reported per rate: achieved rate, requests sent, requests shed (the service's fast 503 + Retry-After past its
 capacity) and their p99, requests answered (in any way) or timed out more than 1 s after their intended send
-time, other errors, latency p50/p90/p99/max of the answered ones (from the intended send time), p99 from the
-actual write, the generator's own send lag p99 (if that is large, the generator, not the server, was the
-bottleneck), the server's p99 (upper bound of its /metrics histogram bucket: time
-inside the app) and mean, its CPU use and the machine's 1-minute load average (other work on the box
-shows up there). Also: in-process ``Recommender.recommend`` time, p50/p99 and mean over ``--calls`` calls, and
-its CPU time per answer (thread CPU time, so other work on the box does not count), for an observed-features
-input and a workload description.
+time, split into the server's part (more than 1 s from the actual write) and the generator's (written more than
+1 s after the intended time: every one of its ``--connections`` was busy), other errors, latency p50/p90/p99/max
+of the answered ones (from the intended send time), p99 from the actual write, the generator's own send lag p99
+(if that is large, the generator, not the server, was the bottleneck), the server's p99 (upper bound of its
+/metrics histogram bucket: time inside the app) and mean, its CPU use and the machine's 1-minute load average
+(other work on the box shows up there). Also, in process: what one answer costs (``decide`` and the response's
+JSON), p50/p99 and mean over ``--calls`` calls and CPU time per answer (thread CPU time, so other work on the
+box does not count), for an observed-features input and a workload description, each warm (the bench's bodies
+repeated: the model's memos answer) and cold (a first-seen body every call).
 
 Every rate runs twice on the same server, back to back: first against ``POST /bench/bare`` (the same app,
 middleware, request body and schema validation, and a constant answer: no model), then against
@@ -109,6 +111,8 @@ class RateResult:
     shed: int = 0  # answered 503 at once: past the service's capacity
     shed_p99_ms: float | None = None
     over_1s: int = 0  # answered (any status) or timed out more than 1 s after the intended send time
+    over_1s_sent: int = 0  # ... more than 1 s after it was written: the server's part
+    gen_late_1s: int = 0  # written more than 1 s after the intended time (or never): the generator's part
     achieved_rps: float = 0.0
     p50_ms: float | None = None
     p90_ms: float | None = None
@@ -154,6 +158,8 @@ class RunStats:
     wall_s: float
     shed: list[float] = field(default_factory=list)  # intended send time -> 503 answer
     over_1s: int = 0
+    over_1s_sent: int = 0
+    gen_late_1s: int = 0
 
 
 class LoadGen:
@@ -213,11 +219,12 @@ class LoadGen:
                 self.opened -= 1
             self.free.notify()
 
-    async def _one(self, payload: bytes) -> tuple[int, bytes, float]:
+    async def _one(self, payload: bytes, sent: list[float]) -> tuple[int, bytes, float]:
         conn = await self._acquire()
         keep = False
         try:
             sent_at = time.perf_counter()
+            sent.append(sent_at)
             conn.writer.write(payload)
             head = await conn.reader.readuntil(b"\r\n\r\n")
             status = int(head[9:12])
@@ -244,17 +251,23 @@ class LoadGen:
         lags: list[float] = []
         errors: dict[str, int] = {}
         shed: list[float] = []
-        over = [0]
+        over = [0, 0, 0]  # over 1 s from the intended time; from the write; written over 1 s late (or never)
         t0 = time.perf_counter() + 0.05
         tasks: list[asyncio.Task[None]] = []
 
+        def late(intended: float, sent: list[float], done: float) -> None:
+            over[0] += done - intended > 1.0
+            over[1] += bool(sent) and done - sent[0] > 1.0
+            over[2] += not sent or sent[0] - intended > 1.0
+
         async def fire(i: int, intended: float) -> None:
+            sent: list[float] = []
             try:
                 payload = self.requests[i % len(self.requests)]
-                status, body, sent_at = await asyncio.wait_for(self._one(payload), self.timeout_s)
+                status, body, sent_at = await asyncio.wait_for(self._one(payload, sent), self.timeout_s)
                 done = time.perf_counter()
                 lags.append(sent_at - intended)
-                over[0] += done - intended > 1.0
+                late(intended, sent, done)
                 if status == 200 and b'"mode"' in body:
                     latencies.append(done - intended)
                     from_send.append(done - sent_at)
@@ -264,7 +277,7 @@ class LoadGen:
                     errors[f"HTTP {status}"] = errors.get(f"HTTP {status}", 0) + 1
             except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
                 errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
-                over[0] += time.perf_counter() - intended > 1.0
+                late(intended, sent, time.perf_counter())
 
         i = 0
         n = len(times)
@@ -276,7 +289,7 @@ class LoadGen:
             if i < n:
                 await asyncio.sleep(max(0.0, t0 + times[i] - time.perf_counter()))
         await asyncio.gather(*tasks)
-        return RunStats(latencies, from_send, lags, n, errors, time.perf_counter() - t0, shed, over[0])
+        return RunStats(latencies, from_send, lags, n, errors, time.perf_counter() - t0, shed, *over)
 
     async def close(self) -> None:
         for c in self.idle:
@@ -400,35 +413,55 @@ class Server:
 
 
 # ---------------------------------------------------------------------------------------------- in-process
+def _unique(kind: str, base: dict[str, Any], i: int) -> Any:
+    """Body *base* with its rate moved by a millionth per call: every call a first-seen request (memo misses)."""
+    from graphmode.core.records import ObservedFeatures
+    from graphmode.selector import WorkloadDescription
+
+    if kind == "features":
+        return ObservedFeatures(**{**base, "arrival_rate": base["arrival_rate"] * (1 + (i + 1) * 1e-6)})
+    return WorkloadDescription(**{**base, "rate": base["rate"] * (1 + (i + 1) * 1e-6)})
+
+
 def in_process(models_dir: Path, model_id: str | None, calls: int) -> dict[str, dict[str, float]]:
-    """Per input kind: wall time of one ``Recommender.recommend`` (p50, p99, mean) and its CPU time (this
-    thread's, mean over the calls): what one answer costs the service's event loop."""
+    """Per input kind, what one answer costs the service's event loop, as its handler runs it: the one decision
+    path (``decide``) and the JSON the endpoint sends. Warm: the bench's 4 bodies, repeated (the model's memos
+    answer); cold: a body never seen before on every call (a fresh model, so memos only miss). Wall time p50,
+    p99 and mean, and CPU time per answer (this thread's, so other work on the box does not count)."""
     from graphmode.core.records import ObservedFeatures
     from graphmode.selector import Recommender, WorkloadDescription
+    from graphmode.selector.decide import Request, decide
 
     rec = Recommender.load(models_dir, model_id)
     out = {}
-    inputs: dict[str, Any] = {
-        "features": [ObservedFeatures(**b["features"]) for b in FEATURES_BODIES],
-        "workload": [WorkloadDescription(**b["workload"]) for b in WORKLOAD_BODIES],
+    bodies: dict[str, list[dict[str, Any]]] = {
+        "features": [b["features"] for b in FEATURES_BODIES],
+        "workload": [b["workload"] for b in WORKLOAD_BODIES],
     }
-    for name, xs in inputs.items():
-        for x in xs * 25:
-            rec.recommend(x)
-        lat = []
-        cpu0 = time.thread_time()
-        for i in range(calls):
-            x = xs[i % len(xs)]
-            t = time.perf_counter()
-            rec.recommend(x)
-            lat.append(time.perf_counter() - t)
-        cpu = time.thread_time() - cpu0
-        out[name] = {
-            "p50_ms": (_pct(lat, 50) or 0) * 1e3,
-            "p99_ms": (_pct(lat, 99) or 0) * 1e3,
-            "mean_ms": statistics.fmean(lat) * 1e3,
-            "cpu_ms": cpu / max(1, calls) * 1e3,
-        }
+    for name, bs in bodies.items():
+        make = ObservedFeatures if name == "features" else WorkloadDescription
+        for temp in ("warm", "cold"):
+            if temp == "cold":
+                rec = Recommender.load(models_dir, model_id)
+                xs = [_unique(name, bs[i % len(bs)], i) for i in range(calls + 25 * len(bs))]
+            else:
+                xs = [make(**b) for b in bs]
+            for i in range(25 * len(bs)):  # first-call costs (numpy, pydantic) out of the figures
+                decide(rec, Request(inputs=xs[(-1 - i) % len(xs)], predict_capture=False)).model_dump_json()
+            lat = []
+            cpu0 = time.thread_time()
+            for i in range(calls):
+                x = xs[i % len(xs)]
+                t = time.perf_counter()
+                decide(rec, Request(inputs=x, predict_capture=False)).model_dump_json()
+                lat.append(time.perf_counter() - t)
+            cpu = time.thread_time() - cpu0
+            out[f"{name} {temp}"] = {
+                "p50_ms": (_pct(lat, 50) or 0) * 1e3,
+                "p99_ms": (_pct(lat, 99) or 0) * 1e3,
+                "mean_ms": statistics.fmean(lat) * 1e3,
+                "cpu_ms": cpu / max(1, calls) * 1e3,
+            }
     return out
 
 
@@ -499,16 +532,21 @@ def ratio_table(rows: list[dict[str, Any]]) -> str:
 
 
 def in_process_table(inproc: dict[str, dict[str, float]]) -> str:
-    lines = ["| input | wall p50 ms | wall p99 ms | wall mean ms | CPU ms per answer |", "|---|---|---|---|---|"]
-    for kind, v in inproc.items():
+    lines = ["| input | requests | wall p50 ms | wall p99 ms | wall mean ms | CPU ms per answer |",
+             "|---|---|---|---|---|---|"]
+    for key, v in inproc.items():
+        kind, _, temp = key.partition(" ")
         name = {"features": "observed features", "workload": "workload description"}.get(kind, kind)
-        lines.append(f"| {name} | {v['p50_ms']:.3f} | {v['p99_ms']:.3f} | {v['mean_ms']:.3f} | {v['cpu_ms']:.3f} |")
+        seen = {"warm": "repeated (memos answer)", "cold": "each first-seen"}.get(temp, temp)
+        lines.append(f"| {name} | {seen} | {v['p50_ms']:.3f} | {v['p99_ms']:.3f} | {v['mean_ms']:.3f} | "
+                     f"{v['cpu_ms']:.3f} |")
     return "\n".join(lines)
 
 
 def table(results: list[RateResult]) -> str:
     head = (
-        "| variant | target req/s | achieved req/s | sent | shed (503) | shed p99 ms | over 1 s | errors "
+        "| variant | target req/s | achieved req/s | sent | shed (503) | shed p99 ms | over 1 s | over 1 s from write "
+        "| written > 1 s late | errors "
         "| p50 ms | p90 ms | p99 ms | max ms "
         "| p99 from send ms | gen lag p99 ms | server p99 ≤ ms | server mean ms | server CPU % | gen CPU % "
         "| other CPU % | load avg 1m |"
@@ -517,7 +555,7 @@ def table(results: list[RateResult]) -> str:
     for r in results:
         lines.append(
             f"| {r.variant} | {r.target_rps:g} | {r.achieved_rps:.1f} | {r.sent} | {r.shed} | "
-            f"{_fmt(r.shed_p99_ms)} | {r.over_1s} | {r.errors} | "
+            f"{_fmt(r.shed_p99_ms)} | {r.over_1s} | {r.over_1s_sent} | {r.gen_late_1s} | {r.errors} | "
             f"{_fmt(r.p50_ms)} | {_fmt(r.p90_ms)} | {_fmt(r.p99_ms)} | {_fmt(r.max_ms)} | "
             f"{_fmt(r.p99_from_send_ms)} | {_fmt(r.lag_p99_ms)} | {_fmt(r.server_p99_le_ms, 1)} | "
             f"{_fmt(r.server_mean_ms, 3)} | {_fmt(r.server_cpu_pct, 0)} | {_fmt(r.gen_cpu_pct, 0)} | "
@@ -564,6 +602,8 @@ async def _one_rate(server: Server, variant: str, gen: LoadGen, rate: float, arg
         shed=len(st.shed),
         shed_p99_ms=None if not st.shed else (_pct(st.shed, 99) or 0.0) * 1e3,
         over_1s=st.over_1s,
+        over_1s_sent=st.over_1s_sent,
+        gen_late_1s=st.gen_late_1s,
         achieved_rps=len(lat) / st.wall_s if st.wall_s > 0 else 0.0,
         connections=gen.opened,
         error_kinds=st.errors,
@@ -637,7 +677,7 @@ def main() -> int:
             models_dir, model_id = args.models_dir or load_settings().selector.models_dir, args.model_id
         ncpu = os.cpu_count() or 1
         pin = args.pin and ncpu >= 2 and hasattr(os, "sched_setaffinity")
-        print(f"# in-process Recommender.recommend, {args.calls} calls per input kind", flush=True)
+        print(f"# in-process decide() + JSON, {args.calls} calls per input kind, warm and cold", flush=True)
         inproc = in_process(models_dir, model_id, args.calls)
         print(in_process_table(inproc), flush=True)
         if pin:

@@ -85,3 +85,26 @@ def test_single_output_predicts_1d() -> None:
     est = ColumnwiseRegressor().fit(X, 2 * X.ravel() + 1)
     assert est.predict(X).shape == (10,)
     np.testing.assert_allclose(est.predict(X), 2 * X.ravel() + 1, rtol=0.05)
+
+
+def test_compiled_knn_matches_the_generic_one_on_scattered_holes() -> None:
+    """The one-row k-NN picks, per output with holes, its own nearest finite rows (vectorized over the outputs):
+    the same numbers as the generic (q, n, K) version, for columns with many, few (< k) and no finite rows."""
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(40, 5))
+    Y = rng.normal(size=(40, 12))
+    Y[rng.random(Y.shape) < 0.4] = np.nan  # scattered holes in most columns
+    Y[:, 0] = rng.normal(size=40)  # a dense column
+    Y[:, 5] = np.nan
+    Y[3, 5] = 1.5  # one finite row: fewer than k
+    Y[:, 6] = np.nan
+    Y[[4, 9], 6] = [2.0, -1.0]  # two finite rows
+    Y[:, 7] = np.nan  # none
+    est = ColumnwiseRegressor(kind="knn", n_neighbors=3, allow_nan_targets=True).fit(X, Y)
+    f = est.compile()
+    queries = rng.normal(size=(30, 5)) * 2.0
+    np.testing.assert_allclose(np.array([f(q) for q in queries]), est.predict(queries), equal_nan=True,
+                               rtol=1e-12)
+    assert np.isnan(f(queries[0])[7]) and f(queries[0])[5] == pytest.approx(1.5)
+    big = np.full(5, 1e200)  # far out: every squared distance saturates, the weights stay finite
+    assert np.isfinite(f(big)[[0, 5, 6]]).all()

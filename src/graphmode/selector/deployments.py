@@ -16,6 +16,7 @@ from typing import Any
 
 from graphmode.core.deployment import DeploymentConfig, config_suffix, describe, unlike
 from graphmode.selector.card import ModelCard
+from graphmode.selector.featurize import ARCH_FIELD, shape_key
 
 
 def _logged_backends(card: ModelCard, folder: Path | None) -> dict[str, str]:
@@ -134,3 +135,26 @@ def _carried_over(target: Mapping[str, Any], suffix: str, same: list[dict[str, A
                      for s in same})
     return (f"this configuration ({suffix}) was profiled on {', '.join(others)} only, not on this model: "
             "the answer is carried over from there (no race of this model in it)")
+
+
+def shape_warning(card: ModelCard, shape: Mapping[str, Any], uses_shape: bool) -> str | None:
+    """Why a target *shape* is not one *card* was trained on (None: it is one): an architecture or size unlike
+    every trained one (an extrapolation), or, for a model without shape features (*uses_shape* false), that
+    its predictions assume the trained shape."""
+    if shape_key(shape) in {shape_key(s) for s in card.shapes}:
+        return None
+    archs = {s.get(ARCH_FIELD) for s in card.shapes}
+    params = [float(s["num_params_b"]) for s in card.shapes if s.get("num_params_b")]
+    p = shape.get("num_params_b")
+    unlike = []
+    if shape.get(ARCH_FIELD) and shape.get(ARCH_FIELD) not in archs:
+        unlike.append(f"architecture {shape.get(ARCH_FIELD)} (trained: {', '.join(sorted(map(str, archs)))})")
+    if p and params and not (min(params) / 2 <= p <= max(params) * 2):
+        unlike.append(f"{p:.3g}B parameters (trained: {min(params):.3g}–{max(params):.3g}B)")
+    if unlike:
+        return ("the deployment's model is unlike any this model was trained on: " + "; ".join(unlike)
+                + "; predictions are extrapolations")
+    if not uses_shape:
+        return ("the deployment's model is not one this model was trained on and the model has no shape features "
+                "(one shape in its data): predictions assume the trained shape")
+    return None

@@ -44,13 +44,15 @@ MAX_D2 = 1e300
 
 
 def _standardize_one(x: FloatArray, mean: FloatArray, scale: FloatArray) -> FloatArray:
-    # inputs are finite (featurization fills NaN, requests reject inf): clip also maps an overflow's ±inf
-    return np.clip((x - mean) / scale, -MAX_ABS_Z, MAX_ABS_Z)
+    # inputs are finite (featurization fills NaN, requests reject inf): clipping also maps an overflow's ±inf
+    # (the ufuncs, not np.clip's wrapper: a few µs on a path called up to 30 times per answer)
+    return np.minimum(np.maximum((x - mean) / scale, -MAX_ABS_Z), MAX_ABS_Z)
 
 
 def _inverse_square_weights(d2: FloatArray) -> FloatArray:
     """1 / d², finite and > 0 for every finite or infinite squared distance."""
-    return np.asarray(1.0 / (np.minimum(np.nan_to_num(d2, nan=MAX_D2, posinf=MAX_D2), MAX_D2) + 1e-9))
+    # NaN and anything above MAX_D2 (inf included) compare false: MAX_D2 (np.nan_to_num is ~20x slower)
+    return np.asarray(1.0 / (np.where(d2 <= MAX_D2, d2, MAX_D2) + 1e-9))
 
 
 class ColumnwiseRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
@@ -219,7 +221,8 @@ def _knn_one(
     mean: FloatArray, scale: FloatArray, Zt: FloatArray, Yt: FloatArray, k: int
 ) -> Callable[[FloatArray], FloatArray]:
     """:func:`_knn` for one query row, ~10x faster: one sort shared by every output, one weighted sum for
-    the outputs with no holes, and a per-output pick of the nearest finite rows only where there are.
+    the outputs with no holes, and for the outputs with holes one masked weighted sum over the sorted rows
+    (each column's nearest ``k`` finite rows), not a loop over the columns.
 
     The per-request path calls it up to 30 times per workload description (the e2e fixed point), so the
     generic (q, n, K) version's 100 µs was most of a recommendation (docs/design.md, service speed)."""
@@ -227,23 +230,23 @@ def _knn_one(
     finite = np.isfinite(Yt)
     dense = finite.all(axis=0)
     y_dense = Yt[:, dense]
-    holes = [(j, finite[:, j], Yt[:, j]) for j in np.flatnonzero(~dense)]
+    hole_cols = np.flatnonzero(~dense)
+    hole_ok = finite[:, hole_cols]
+    hole_y = np.where(hole_ok, Yt[:, hole_cols], 0.0)
     Zt, mean, scale = Zt.copy(), mean.copy(), scale.copy()
 
     def predict(x: FloatArray) -> FloatArray:
-        d2 = np.minimum(((_standardize_one(x, mean, scale) - Zt) ** 2).sum(axis=1), MAX_D2)
-        order = np.argsort(d2, kind="stable")
+        d2 = np.minimum(np.add.reduce((_standardize_one(x, mean, scale) - Zt) ** 2, axis=1), MAX_D2)
+        order = d2.argsort(kind="stable")
         out = np.empty(Yt.shape[1])
-        near = order[:kk]
-        w = _inverse_square_weights(d2[near])
-        out[dense] = (w @ y_dense[near]) / w.sum()
-        for j, ok, col in holes:
-            idx = order[ok[order]][:kk]
-            if idx.size == 0:
-                out[j] = np.nan
-                continue
-            wj = _inverse_square_weights(d2[idx])
-            out[j] = float(wj @ col[idx]) / float(wj.sum())
+        w_sorted = _inverse_square_weights(d2[order])
+        out[dense] = (w_sorted[:kk] @ y_dense[order[:kk]]) / np.add.reduce(w_sorted[:kk])
+        if hole_cols.size:
+            ok = hole_ok[order]  # (n, holes): which sorted rows measured each column
+            w = np.where(ok & (ok.cumsum(axis=0) <= kk), w_sorted[:, None], 0.0)
+            wsum = np.add.reduce(w, axis=0)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[hole_cols] = np.where(wsum > 0, np.add.reduce(w * hole_y[order], axis=0) / wsum, np.nan)
         return out
 
     return predict

@@ -21,7 +21,7 @@ small numpy array, no DataFrame.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -128,17 +128,41 @@ class FeatureSpec(BaseModel):
         self, features: Mapping[str, Any], shape: Mapping[str, Any] | None = None
     ) -> tuple[FloatArray, list[str]]:
         """One input row (missing values filled with the training median) and the names that were filled."""
+        return self.vectorizer(shape)(features)
+
+    def vectorizer(
+        self, shape: Mapping[str, Any] | None
+    ) -> Callable[[Mapping[str, Any]], tuple[FloatArray, list[str]]]:
+        """:meth:`vectorize` for one *shape*: its columns are computed once, a call fills in the traffic
+        features only (a workload description vectorizes up to 30 times per answer: the e2e fixed point)."""
         import numpy as np
 
-        out = np.empty(self.n, dtype=np.float64)
-        filled: list[str] = []
+        base = np.empty(self.n, dtype=np.float64)
+        fixed: list[tuple[int, str]] = []  # shape columns filled with the median
+        obs: list[tuple[int, str, Transform, float]] = []
         for i in range(self.n):
-            v = transform(self.raw_value(i, features, shape), self.transforms[i])
+            if self.sources[i] == "obs":
+                obs.append((i, self.names[i], self.transforms[i], self.fill[i]))
+                continue
+            v = transform(self.raw_value(i, {}, shape), self.transforms[i])
             if math.isnan(v):
                 v = self.fill[i]
-                filled.append(self.names[i])
-            out[i] = v
-        return out, filled
+                fixed.append((i, self.names[i]))
+            base[i] = v
+
+        def vectorize(features: Mapping[str, Any]) -> tuple[FloatArray, list[str]]:
+            out = base.copy()
+            filled = list(fixed)
+            for i, name, how, fill in obs:
+                raw = features.get(name)
+                v = transform(None if raw is None else float(raw), how)
+                if math.isnan(v):
+                    v = fill
+                    filled.append((i, name))
+                out[i] = v
+            return out, [name for _, name in sorted(filled)] if fixed else [name for _, name in filled]
+
+        return vectorize
 
     def standardize(self, X: FloatArray) -> FloatArray:
         import numpy as np

@@ -149,3 +149,24 @@ def paired_verdicts(
             verdict = "mixed"
         out.append(PairedVerdict(shape=shape, mode=mode, metric=metric, rounds=sorted(rs), verdict=verdict))
     return out
+
+
+def paired_notes(verdicts: Iterable[PairedVerdict], better: str, best: str,
+                 default_mode: str) -> tuple[list[str], list[str]]:
+    """What the rounds measured on one host (*verdicts*: the shape's, on the objective's metric, where *better*
+    is ``lower`` or ``higher``) say against an answer of *best*: the notes that a paired round would settle a
+    tie the rule kept, and those where the default measured better."""
+    settle, against = [], []
+    for v in verdicts:
+        if v.mode != best and v.verdict == better and best == default_mode:
+            settle.append(
+                f"paired inside rounds on one GPU for this model shape, {v.describe()}; the tie rule "
+                f"counts differences between hosts as noise and keeps {best}. A paired round of "
+                f"{v.mode} and {best} (graphmode profile --modes {v.mode},{best}) would settle it"
+            )
+        elif v.mode == best and v.verdict != better:
+            against.append(
+                f"paired inside rounds on one GPU for this model shape, {v.describe()}: inside one "
+                f"host the default measured better"
+            )
+    return settle, against

@@ -8,9 +8,11 @@
 Everything that does not depend on the request is done at load: the artifact is verified and loaded,
 the regressors are compiled to numpy (:meth:`ColumnwiseRegressor.compile`), the training inputs are
 standardized for the distance check, and the per-mode constants are predicted for the target shape.
-A request is then one vectorization, one matrix product (or neighbour lookup) for every (mode,
-metric), a ranking of at most five modes and one pydantic object. A :class:`Recommender` is
-immutable after load and safe to share between threads.
+A request is then one vectorization, one neighbour lookup for every (mode, metric), the race verdicts
+whose region holds it, a ranking of at most five modes and one pydantic object; the pure parts (regressor
+outputs, a description's features, the race's answer) are memoised per model (:meth:`memos`), so a repeated
+or similar request skips them. Apart from those bounded memos a :class:`Recommender` is immutable after
+load; it is safe to share between threads.
 """
 
 from __future__ import annotations
@@ -44,19 +46,22 @@ from graphmode.selector.answer import (
 )
 from graphmode.selector.artifacts import load_artifact
 from graphmode.selector.card import ARTIFACT_FILE, ModelCard
-from graphmode.selector.deployments import with_auto_backend
+from graphmode.selector.deployments import shape_warning, with_auto_backend
 from graphmode.selector.describe import WorkloadDescription, describe_features
 from graphmode.selector.featurize import ARCH_FIELD, SHAPE_FEATURES, shape_key
 from graphmode.selector.frontend import frontend_note
+from graphmode.selector.memo import Memo
 from graphmode.selector.model import SelectorModel, _design
 from graphmode.selector.noise import noise_for
 from graphmode.selector.objective import METRICS, Objective, Ranking, make_objective, rank, relative_gain
-from graphmode.selector.paired import PairedVerdict
-from graphmode.selector.region import race_command
+from graphmode.selector.paired import PairedVerdict, paired_notes
+from graphmode.selector.region import REGION_FEATURES, race_command
 from graphmode.selector.registry import FingerprintMatch, match_card, select_model
 from graphmode.selector.specdecode import spec_decode_note
 from graphmode.selector.verdicts import RaceAnswer, race_decision
 
+# what race_decision reads of the predictions: the savings an equivalent mode offers against the default
+_EQUIVALENT_COSTS: tuple[str, ...] = ("graph_gib", "startup_s")
 SHAPE_CACHE = 64  # per-shape copies a recommender keeps (Recommender.for_shape)
 # What a target model contributes to its shape: the shape features, its identity, and its active parameters
 # (a mixture of experts runs a fraction of its weights; featurize.CONFIG_FEATURES).
@@ -97,6 +102,14 @@ class Recommender:
         self._train_z = self.spec.standardize(model.train_x) if model.train_x.size else model.train_x
         self._const_cache: dict[str, list[dict[str, float | None]]] = {}
         self._across: dict[Any, Any] = {}  # across-races intervals of this card's verdicts (race_decision's memo)
+        # Pure per-model memos shared by the shape and deployment copies, each key all its value depends on
+        # beyond the model (graphmode.selector.memo: bounded; a reload starts empty ones). See memos().
+        self._y_memo: Memo[np.ndarray] = Memo()
+        self._describe_memo: Memo[ObservedFeatures] = Memo()
+        self._race_memo: Memo[RaceAnswer | None] = Memo()
+        self._vec_shape: Mapping[str, Any] | bool | None = False  # the _shape the vectorizer below is for
+        self._vec: Callable[[Mapping[str, Any]], tuple[np.ndarray, list[str]]] = self.spec.vectorizer(None)
+        self._shape_ident = self._shape_key = ""
         self._shape_warning: str | None = None
         self._deployment_warning: str | None = None
         self._by_shape: dict[str, Recommender] = {}
@@ -225,37 +238,17 @@ class Recommender:
         other._const_rows = other._constants_for(other._shape)
         return other
 
+    def memos(self) -> dict[str, Memo[Any]]:
+        """This model's memos: regressor outputs per row, description features per shape, race answers."""
+        return {"predictions": self._y_memo, "describe": self._describe_memo, "race": self._race_memo}
+
     @property
     def deployment_warning(self) -> str | None:
         """Why the deployment given to :meth:`for_deployment` is unlike the trained ones (None: it is not)."""
         return self._deployment_warning
 
     def _check_shape(self, shape: Mapping[str, Any]) -> None:
-        known = {shape_key(s) for s in self.card.shapes}
-        if shape_key(shape) in known:
-            return
-        archs = {s.get(ARCH_FIELD) for s in self.card.shapes}
-        params = [float(s["num_params_b"]) for s in self.card.shapes if s.get("num_params_b")]
-        p = shape.get("num_params_b")
-        unlike = []
-        if shape.get(ARCH_FIELD) and shape.get(ARCH_FIELD) not in archs:
-            unlike.append(
-                f"architecture {shape.get(ARCH_FIELD)} (trained: {', '.join(sorted(map(str, archs)))})"
-            )
-        if p and params and not (min(params) / 2 <= p <= max(params) * 2):
-            unlike.append(f"{p:.3g}B parameters (trained: {min(params):.3g}–{max(params):.3g}B)")
-        if unlike:
-            self._shape_warning = (
-                "the deployment's model is unlike any this model was trained on: "
-                + "; ".join(unlike)
-                + "; predictions are extrapolations"
-            )
-        elif not self.spec.uses_shape:
-            self._shape_warning = (
-                "the deployment's model is not one this model was trained on and the model "
-                "has no shape features (one shape in its data): predictions assume the "
-                "trained shape"
-            )
+        self._shape_warning = shape_warning(self.card, shape, self.spec.uses_shape) or self._shape_warning
 
     def _unmeasured_modes(self, table: Mapping[str, Any]) -> list[str]:
         """Modes of ``table`` that the training data never measured on the target shape, when it measured
@@ -263,7 +256,7 @@ class Recommender:
         the bare shapes' cells, at another load). The default stays: the answer's reference."""
         if not self._shape or not self.card.shape_modes:
             return []
-        measured = self.card.shape_modes.get(shape_key(self._shape))
+        measured = self.card.shape_modes.get(self._key)
         if not measured:
             return []
         return [m for m in table if m not in measured and m != self.default_mode]
@@ -292,7 +285,7 @@ class Recommender:
         if not self._shape or not self._paired:
             return []
         better = "lower" if METRICS[metric].direction == "min" else "higher"
-        return [v.mode for v in self._paired.get((shape_key(self._shape), metric), []) if v.verdict == better]
+        return [v.mode for v in self._paired.get((self._key, metric), []) if v.verdict == better]
 
     def _paired_notes(self, metric: str, best: str) -> tuple[list[str], list[str]]:
         """What the rounds measured on one host say against this answer (graphmode.selector.paired): the notes
@@ -300,20 +293,7 @@ class Recommender:
         if not self._shape or not self._paired:
             return [], []
         better = "lower" if METRICS[metric].direction == "min" else "higher"
-        settle, against = [], []
-        for v in self._paired.get((shape_key(self._shape), metric), []):
-            if v.mode != best and v.verdict == better and best == self.default_mode:
-                settle.append(
-                    f"paired inside rounds on one GPU for this model shape, {v.describe()}; the tie rule "
-                    f"counts differences between hosts as noise and keeps {best}. A paired round of "
-                    f"{v.mode} and {best} (graphmode profile --modes {v.mode},{best}) would settle it"
-                )
-            elif v.mode == best and v.verdict != better:
-                against.append(
-                    f"paired inside rounds on one GPU for this model shape, {v.describe()}: inside one "
-                    f"host the default measured better"
-                )
-        return settle, against
+        return paired_notes(self._paired.get((self._key, metric), []), better, best, self.default_mode)
 
     # ---------------------------------------------------------------- inputs
     def features_of(self, inputs: Inputs) -> tuple[dict[str, Any], FeatureSource]:
@@ -330,9 +310,32 @@ class Recommender:
         raise TypeError(f"cannot recommend from {type(inputs).__name__}")
 
     def describe(self, desc: WorkloadDescription) -> ObservedFeatures:
-        """Expected observed features of a described workload, iterated with this model's latency."""
-        calib = {d.feature: d.calibration for d in self.card.describe}
-        return describe_features(desc, self._e2e_predictor(), calib)
+        """Expected observed features of a described workload, iterated with this model's latency (memoised
+        per description and target shape: the fixed point is most of a description's answer)."""
+        self._vectorize({})  # brings _shape_ident up to date
+
+        def compute() -> ObservedFeatures:
+            calib = {d.feature: d.calibration for d in self.card.describe}
+            return describe_features(desc, self._e2e_predictor(), calib)
+
+        return self._describe_memo.get((self._shape_ident, desc), compute)
+
+    def _vectorize(self, feats: Mapping[str, Any]) -> tuple[np.ndarray, list[str]]:
+        """``spec.vectorize(feats, self._shape)``, the shape's columns computed once per shape (and copy)."""
+        if self._vec_shape is not self._shape:
+            shape = self._shape
+            self._vec = self.spec.vectorizer(shape)
+            self._shape_ident = repr(sorted(shape.items())) if shape is not None else ""
+            self._shape_key = shape_key(shape) if shape else ""
+            self._vec_shape = shape
+        return self._vec(feats)
+
+    @property
+    def _key(self) -> str:
+        """``shape_key(self._shape)`` ("" without a shape), computed once per shape (and copy)."""
+        if self._vec_shape is not self._shape:
+            self._vectorize({})
+        return self._shape_key
 
     def _e2e_predictor(self) -> Callable[[dict[str, float | None]], float | None] | None:
         col = self._e2e_col
@@ -340,7 +343,7 @@ class Recommender:
             return None
 
         def e2e(feats: dict[str, float | None]) -> float | None:
-            x, _ = self.spec.vectorize(feats, self._shape)
+            x, _ = self._vectorize(feats)
             vals = self._reg_e2e(_design(x[None, :])[0])
             vals = vals[np.isfinite(vals)]
             return float(np.exp(vals.mean())) if vals.size else None  # geometric mean over modes
@@ -351,12 +354,11 @@ class Recommender:
     def predict(self, inputs: Inputs) -> dict[str, dict[str, float | None]]:
         """Predicted metrics and constants of every mode the model knows: mode -> metric -> value."""
         feats, _ = self.features_of(inputs)
-        x, _ = self.spec.vectorize(feats, self._shape)
+        x, _ = self._vectorize(feats)
         return self._table(x)
 
     def _table(self, x: np.ndarray) -> dict[str, dict[str, float | None]]:
-        with np.errstate(over="ignore"):  # far outside the data a prediction overflows: None below, not a warning
-            y = np.exp(self._reg(_design(x[None, :])[0]))
+        y = self._y_memo.get(x.tobytes(), lambda: self._predict_row(x))
         nm = self._n_metrics
         table: dict[str, dict[str, float | None]] = {}
         for i, mode in enumerate(self.modes):
@@ -369,6 +371,13 @@ class Recommender:
                 table[mode] = row
         return table
 
+    def _predict_row(self, x: np.ndarray) -> np.ndarray:
+        """Every (mode, metric) prediction for one input row (kept by :attr:`_y_memo`: read-only)."""
+        with np.errstate(over="ignore"):  # far outside the data a prediction overflows: None below, not a warning
+            y = np.exp(self._reg(_design(x[None, :])[0]))
+        y.flags.writeable = False
+        return y
+
     def recommend(
         self, inputs: Inputs, objective: Objective | str | None = None, *, source: FeatureSource | None = None
     ) -> Recommendation:
@@ -380,7 +389,7 @@ class Recommender:
         t0 = time.perf_counter()
         obj = self._objective(objective)
         feats, src = self.features_of(inputs)
-        x, imputed = self.spec.vectorize(feats, self._shape)
+        x, imputed = self._vectorize(feats)
         table = self._table(x)
         unmeasured = self._unmeasured_modes(table)
         for m in unmeasured:
@@ -448,7 +457,7 @@ class Recommender:
             features={k: feats.get(k) for k in ObservedFeatures.model_fields}, features_source=source or src,
             model_id=self.model_id, fingerprint_keys=self.card.fingerprint_keys, fingerprint_match=self.match.kind,
             synthetic_model=self.card.synthetic, race=race,
-            noise=noise_for(self.card.race_noise, shape_key(self._shape) if self._shape else "", obj.metric),
+            noise=noise_for(self.card.race_noise, self._key, obj.metric),
             warnings=warnings, findings=findings, notes=[f.text for f in findings],
             elapsed_ms=(time.perf_counter() - t0) * 1e3,
         )
@@ -474,18 +483,36 @@ class Recommender:
 
     def _race(self, obj: Objective, feats: Mapping[str, Any], ranking: Ranking,
               table: Mapping[str, Mapping[str, float | None]]) -> RaceAnswer | None:
-        """What the race verdicts whose region holds the request decide (None: no verdicts for the shape)."""
+        """What the race verdicts whose region holds the request decide (None: no verdicts for the shape).
+
+        :func:`race_decision` is pure in what it is given here (region features, ranking, each mode's costs, the
+        objective, the shape): memoised under exactly that; each caller gets its own copy of the lists."""
         if not self.card.race:
             return None
-        return race_decision(
-            self.card.race, shape_key(self._shape) if self._shape else "", obj.metric, feats, ranking.order,
-            table, weighted=bool(obj.memory_weight or obj.startup_weight),
-            allowed=[m for m, s in ranking.scores.items() if s is not None and s.status != "violates"],
-            default_mode=self.default_mode, corroborated=self._paired_better(obj.metric),
-            max_model_len=_int_or_none(self._shape.get("max_model_len") if self._shape else None),
-            api_server_count=_int_or_none(self._shape.get("api_server_count") if self._shape else None),
-            memo=self._across,
-        )
+        shape = self._key
+        region = {f: feats[f] for f in REGION_FEATURES if feats.get(f) is not None}
+        costs = {m: {k: row.get(k) for k in _EQUIVALENT_COSTS} for m, row in table.items()}
+        allowed = [m for m, s in ranking.scores.items() if s is not None and s.status != "violates"]
+        weighted = bool(obj.memory_weight or obj.startup_weight)
+        corroborated = self._paired_better(obj.metric)
+        max_model_len = _int_or_none(self._shape.get("max_model_len") if self._shape else None)
+        api_server_count = _int_or_none(self._shape.get("api_server_count") if self._shape else None)
+        key = (shape, obj.metric, tuple(region.items()), tuple(ranking.order),
+               tuple((m, *c.values()) for m, c in costs.items()), weighted, tuple(allowed), self.default_mode,
+               tuple(corroborated), max_model_len, api_server_count)
+
+        def compute() -> RaceAnswer | None:
+            return race_decision(
+                self.card.race, shape, obj.metric, region, ranking.order, costs, weighted=weighted,
+                allowed=allowed, default_mode=self.default_mode, corroborated=corroborated,
+                max_model_len=max_model_len, api_server_count=api_server_count, memo=self._across)
+
+        race = self._race_memo.get(key, compute)
+        if race is None:
+            return None
+        return race.model_copy(update={"outside": list(race.outside), "equivalent": list(race.equivalent),
+                                       "worse": list(race.worse), "undecided": list(race.undecided),
+                                       "notes": list(race.notes)})
 
     def _choose(self, obj: Objective, ranking: Ranking, race: RaceAnswer | None, findings: list[Finding]) -> str:
         """The mode: the race's where its verdicts speak, else the regressors' best that the races never found
@@ -534,12 +561,12 @@ class Recommender:
         if unmeasured:
             out.append(Finding(kind="unmeasured", text="not measured on this model shape and configuration, so never "
                                "chosen (its predictions would borrow other shapes'): " + ", ".join(unmeasured)))
-        spec = self.card.shape_spec_decode.get(shape_key(self._shape)) if self._shape else None
+        spec = self.card.shape_spec_decode.get(self._key) if self._shape else None
         if spec is not None:
             rate = feats.get("spec_acceptance_rate")
             out.append(Finding(kind="spec_decode", text=spec_decode_note(
                 spec, float(rate) if isinstance(rate, int | float) else None)))
-        spread = noise_for(self.card.race_noise, shape_key(self._shape) if self._shape else "", obj.metric)
+        spread = noise_for(self.card.race_noise, self._key, obj.metric)
         if spread is not None and spread.describe():
             out.append(Finding(kind="noise", text=f"noise on this model shape: {spread.describe()}"))
         frontend = frontend_note(feats.get("frontend_cpu_cores"))  # advice only: the mode stands

@@ -119,14 +119,18 @@ def log_distance(a: Mapping[str, float], b: Mapping[str, Any]) -> float | None:
     return math.sqrt(sum(math.log(a[f] / float(b[f])) ** 2 for f in common) / len(common))
 
 
-def pooled_disagrees(pooled: Mapping[str, RaceVerdict], regions: Sequence[RaceVerdict], features: Mapping[str, Any],
-                  chosen: dict[str, RaceVerdict], notes: list[str]) -> str | None:
+def region_distances(regions: Sequence[RaceVerdict], features: Mapping[str, Any]) -> dict[str | None, float]:
+    """The request's :func:`log_distance` to each raced workload of *regions* that shares a feature with it."""
+    return {v.workload: d for v in regions if (d := log_distance(v.features, features)) is not None}
+
+
+def pooled_disagrees(pooled: Mapping[str, RaceVerdict], regions: Sequence[RaceVerdict],
+                     dists: Mapping[str | None, float], chosen: dict[str, RaceVerdict], notes: list[str]) -> str | None:
     """A pooled "better" (or a pooled verdict whose rounds all together read better) answers only where the
-    per-workload verdict nearest the request agrees (its rounds read the same side, and it is not worse or
-    equivalent): the effect depends on the load (FULL's TTFT win at concurrency 1 is gone on prefill-heavy
-    traffic at 32 req/s). Where it disagrees, that workload's verdict stands for the mode (*chosen* is
-    updated) and its name is returned."""
-    dists = {v.workload: d for v in regions if (d := log_distance(v.features, features)) is not None}
+    per-workload verdict nearest the request (*dists*: :func:`region_distances`) agrees (its rounds read the same
+    side, and it is not worse or equivalent): the effect depends on the load (FULL's TTFT win at concurrency 1
+    is gone on prefill-heavy traffic at 32 req/s). Where it disagrees, that workload's verdict stands for the
+    mode (*chosen* is updated) and its name is returned."""
     if not dists:
         return None
     near = min(dists, key=lambda w: dists[w])
@@ -145,3 +149,50 @@ def pooled_disagrees(pooled: Mapping[str, RaceVerdict], regions: Sequence[RaceVe
         notes.append(f"race: pooled over every workload {p.describe()}, but on {near}, the raced workload nearest "
                      f"the request, {local.describe()}: the pooled verdict does not answer here")
     return hit
+
+
+def pick_servers(mine: Sequence[RaceVerdict], api_server_count: int | None, notes: list[str]) -> int | None:
+    """The API-server count whose races answer: the deployment's, else the nearest raced one (one server
+    counts as 1); a note when there was a choice."""
+    counts = sorted({v.api_servers for v in mine if v.workload is None}, key=lambda n: n or 1)
+    if len(counts) < 2:
+        return counts[0] if counts else None
+    want = api_server_count if api_server_count and api_server_count > 1 else None
+    # nearest in ratio; a tie goes to several servers (the frontend is then several processes either way)
+    pick = want if want in counts else min(counts, key=lambda n: (abs(math.log((n or 1) / (want or 1))), -(n or 1)))
+
+    def name(n: int | None) -> str:
+        return "one API server" if n is None else f"{n} API servers"
+
+    why = "the deployment's --api-server-count" if pick == want else "the nearest to the deployment's"
+    others = ", ".join(name(n) for n in counts if n != pick)
+    notes.append(f"race: this shape was raced with {' and with '.join(name(n) for n in counts)}; the races with "
+                 f"{name(pick)} answer ({why}), not those with {others}")
+    return pick
+
+
+def pick_pool(mine: Sequence[RaceVerdict], features: Mapping[str, Any], max_model_len: int | None,
+               notes: list[str]) -> int | None:
+    """The max_model_len whose pooled verdicts answer (:func:`graphmode.selector.verdicts.race_decision`'s
+    docstring); a note when there was a choice."""
+    pooled = [v for v in mine if v.workload is None]
+    lengths = sorted({v.max_model_len for v in pooled}, key=lambda x: x or 0)
+    if len(lengths) < 2:
+        return lengths[0] if lengths else None
+    centres = {v.max_model_len: v.features for v in pooled if v.features}
+    dists = {n: d for n in lengths if n in centres and (d := log_distance(centres[n], features)) is not None}
+    if len(dists) == len(lengths):
+        pick, why = min(lengths, key=lambda n: dists[n]), "its raced workloads sit nearest the request's"
+    elif max_model_len in lengths:
+        pick, why = max_model_len, "the deployment's --max-model-len"
+    else:
+        pick = max(lengths, key=lambda n: max(v.rounds for v in pooled if v.max_model_len == n))
+        why = "the most rounds (the request's workload and max_model_len match none)"
+
+    def name(n: int | None) -> str:
+        return "the model's own max_model_len" if n is None else f"max_model_len={n}"
+
+    others = ", ".join(name(n) for n in lengths if n != pick)
+    notes.append(f"race: this shape was raced at {len(lengths)} max_model_len; the races at {name(pick)} answer "
+                 f"({why}), not those at {others}")
+    return pick

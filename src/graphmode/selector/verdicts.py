@@ -70,10 +70,12 @@ from graphmode.selector.featurize import shape_key, shape_of_row
 from graphmode.selector.region import (
     REGION_FEATURES,
     OutsideRegion,
-    log_distance,
     outside_region,
+    pick_pool,
+    pick_servers,
     pooled_disagrees,
     race_command,
+    region_distances,
     region_span,
 )
 
@@ -306,53 +308,6 @@ class RaceAnswer(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-def _pick_servers(mine: Sequence[RaceVerdict], api_server_count: int | None, notes: list[str]) -> int | None:
-    """The API-server count whose races answer: the deployment's, else the nearest raced one (one server
-    counts as 1); a note when there was a choice."""
-    counts = sorted({v.api_servers for v in mine if v.workload is None}, key=lambda n: n or 1)
-    if len(counts) < 2:
-        return counts[0] if counts else None
-    want = api_server_count if api_server_count and api_server_count > 1 else None
-    # nearest in ratio; a tie goes to several servers (the frontend is then several processes either way)
-    pick = want if want in counts else min(counts, key=lambda n: (abs(math.log((n or 1) / (want or 1))), -(n or 1)))
-
-    def name(n: int | None) -> str:
-        return "one API server" if n is None else f"{n} API servers"
-
-    why = "the deployment's --api-server-count" if pick == want else "the nearest to the deployment's"
-    others = ", ".join(name(n) for n in counts if n != pick)
-    notes.append(f"race: this shape was raced with {' and with '.join(name(n) for n in counts)}; the races with "
-                 f"{name(pick)} answer ({why}), not those with {others}")
-    return pick
-
-
-def _pick_pool(mine: Sequence[RaceVerdict], features: Mapping[str, Any], max_model_len: int | None,
-               notes: list[str]) -> int | None:
-    """The max_model_len whose pooled verdicts answer (race_decision's docstring); a note when there was a
-    choice."""
-    pooled = [v for v in mine if v.workload is None]
-    lengths = sorted({v.max_model_len for v in pooled}, key=lambda x: x or 0)
-    if len(lengths) < 2:
-        return lengths[0] if lengths else None
-    centres = {v.max_model_len: v.features for v in pooled if v.features}
-    dists = {n: d for n in lengths if n in centres and (d := log_distance(centres[n], features)) is not None}
-    if len(dists) == len(lengths):
-        pick, why = min(lengths, key=lambda n: dists[n]), "its raced workloads sit nearest the request's"
-    elif max_model_len in lengths:
-        pick, why = max_model_len, "the deployment's --max-model-len"
-    else:
-        pick = max(lengths, key=lambda n: max(v.rounds for v in pooled if v.max_model_len == n))
-        why = "the most rounds (the request's workload and max_model_len match none)"
-
-    def name(n: int | None) -> str:
-        return "the model's own max_model_len" if n is None else f"max_model_len={n}"
-
-    others = ", ".join(name(n) for n in lengths if n != pick)
-    notes.append(f"race: this shape was raced at {len(lengths)} max_model_len; the races at {name(pick)} answer "
-                 f"({why}), not those at {others}")
-    return pick
-
-
 def race_decision(
     verdicts: Sequence[RaceVerdict],
     shape: str,
@@ -367,7 +322,7 @@ def race_decision(
     corroborated: Iterable[str] = (),
     max_model_len: int | None = None,
     api_server_count: int | None = None,
-    memo: dict[tuple[str, str, str, float, float], AcrossRaces | None] | None = None,
+    memo: dict[tuple[Any, ...], Any] | None = None,
 ) -> RaceAnswer | None:
     """The race's answer for (*shape*, *metric*) and a request's *features*; None without race verdicts.
 
@@ -382,17 +337,22 @@ def race_decision(
     the request's *features* answers, else the one at the deployment's *max_model_len*, else the largest.
     Races with another number of API servers (*api_server_count*) are left out first, unless the
     deployment's count was never raced (then the nearest count answers). *memo* keeps the across-races
-    intervals between calls on the same *verdicts* (a recommender answers many requests from one card).
+    intervals, each shape's verdicts and its pools' spans between calls on the same *verdicts* (a recommender
+    answers many requests from one card).
     """
-    mine = [v for v in verdicts if v.shape == shape and v.metric == metric and v.mode != CONTROL_ARM]
-    notes: list[str] = []
     cache = memo if memo is not None else {}
+    if ("mine", shape, metric) not in cache:  # what depends only on the card is looked up once per memo
+        cache[("mine", shape, metric)] = [v for v in verdicts if v.shape == shape and v.metric == metric
+                                          and v.mode != CONTROL_ARM]
+    mine = cache[("mine", shape, metric)]
+    notes: list[str] = []
 
     def across(mode: str, delta: float, confidence: float) -> AcrossRaces | None:
         key = (mode, metric, shape, delta, confidence)
         if key not in cache:
             cache[key] = across_races(verdicts, mode, metric, exclude_shape=shape, delta=delta, confidence=confidence)
-        return cache[key]
+        found: AcrossRaces | None = cache[key]
+        return found
 
     if not mine and any(v.metric == metric and v.workload is None for v in verdicts):
         # the model races this metric, but never this shape and configuration: no raced region holds the request
@@ -400,12 +360,16 @@ def race_decision(
         notes.append(f"outside every raced region: this model shape and configuration ({shape or 'unknown'}) was "
                      f"never raced on {metric}, so vLLM's default ({default_mode}) stands; to measure it: {cmd}")
         return RaceAnswer(mode=default_mode, basis="outside", metric=metric, command=cmd, notes=notes)
-    servers = _pick_servers(mine, api_server_count, notes)
+    servers = pick_servers(mine, api_server_count, notes)
     mine = [v for v in mine if v.api_servers == servers]
-    holding, outside = _holding_pools(mine, features, metric, default_mode, notes)
+    if ("spans", shape, metric, servers) not in cache:
+        cache[("spans", shape, metric, servers)] = {
+            n: region_span(v for v in mine if v.max_model_len == n) for n in {v.max_model_len for v in mine}}
+    holding, outside = _holding_pools(cache[("spans", shape, metric, servers)], features, metric, default_mode,
+                                      notes)
     if outside is not None:
         return outside
-    length = _pick_pool(mine, features, max_model_len, notes)
+    length = pick_pool(mine, features, max_model_len, notes)
     if holding and length not in holding:  # the nearest centre's region does not reach the request; another does
         length = min(holding, key=lambda n: n or 0)
         notes.append(f"race: the races at max_model_len={length} answer: their raced region holds the request")
@@ -422,8 +386,9 @@ def race_decision(
     ok = set(allowed) if allowed is not None else None
     chosen: dict[str, RaceVerdict] = dict(pooled)
     regions = [v for v in mine if v.workload is not None and v.features]
-    region = _open_pooled(pooled, regions, features, chosen, notes)
-    region = pooled_disagrees(pooled, regions, features, chosen, notes) or region
+    dists = region_distances(regions, features)
+    region = _open_pooled(pooled, regions, dists, chosen, notes)
+    region = pooled_disagrees(pooled, regions, dists, chosen, notes) or region
     if not any(v.workload == region for v in chosen.values()):
         region = None
     def aa() -> RaceVerdict | None:  # the shape's A/A arm, looked up only for a note that needs it
@@ -535,11 +500,11 @@ def _likely_to_settle(undecided: Sequence[RaceVerdict], ok: set[str] | None,
     return out
 
 
-def _holding_pools(mine: Sequence[RaceVerdict], features: Mapping[str, Any], metric: str, default_mode: str,
-                   notes: list[str]) -> tuple[list[int | None], RaceAnswer | None]:
-    """The pools (max_model_len) whose raced region holds the request and, when none does, the answer: vLLM's
-    default with the dimensions outside the nearest pool's region and the command that would race it."""
-    spans = {n: region_span(v for v in mine if v.max_model_len == n) for n in {v.max_model_len for v in mine}}
+def _holding_pools(spans: Mapping[int | None, Mapping[str, tuple[float, float]]], features: Mapping[str, Any],
+                   metric: str, default_mode: str, notes: list[str]) -> tuple[list[int | None], RaceAnswer | None]:
+    """The pools (max_model_len, with their *spans*) whose raced region holds the request and, when none does,
+    the answer: vLLM's default with the dimensions outside the nearest pool's region and the command that
+    would race it."""
     away = {n: outside_region(span, features) for n, span in spans.items()}
     holding = [n for n, out in away.items() if not out]
     if not away or holding:
@@ -553,13 +518,12 @@ def _holding_pools(mine: Sequence[RaceVerdict], features: Mapping[str, Any], met
                                notes=notes)
 
 
-def _open_pooled(pooled: Mapping[str, RaceVerdict], regions: Sequence[RaceVerdict], features: Mapping[str, Any],
-                 chosen: dict[str, RaceVerdict], notes: list[str]) -> str | None:
-    """Where a pooled verdict is open, the nearest raced workload's decided verdict answers for that mode
-    (*chosen* is updated); that workload's name, if any."""
+def _open_pooled(pooled: Mapping[str, RaceVerdict], regions: Sequence[RaceVerdict],
+                 dists: Mapping[str | None, float], chosen: dict[str, RaceVerdict], notes: list[str]) -> str | None:
+    """Where a pooled verdict is open, the nearest raced workload (*dists*: the request's distance to each)'s
+    decided verdict answers for that mode (*chosen* is updated); that workload's name, if any."""
     if not regions or not any(v.verdict == "undecided" for v in pooled.values()):
         return None
-    dists = {v.workload: d for v in regions if (d := log_distance(v.features, features)) is not None}
     if not dists:
         return None
     region = min(dists, key=lambda w: dists[w])

@@ -1,15 +1,15 @@
 """``POST /v1/recommend``: the hot path.
 
-The endpoint is ``async def`` and calls the in-process recommender directly on the event loop (~0.1–0.4 ms
-of CPU): measured faster than a plain ``def`` endpoint, which FastAPI would run in its threadpool
-(docs/operations.md). Only the ``server_url`` input blocks (it scrapes a server for ``window_s``), so
-that runs in a worker thread, in one of :data:`MAX_CONCURRENT_SCRAPES` slots: when every slot is taken the
-request is answered 429 with ``Retry-After`` at once, never queued. Without the bearer token ``window_s``
-may not exceed ``settings.service.open_max_window_s``, so nobody holds the slots for long unannounced.
-The scrape fetches ``scheme://host:port/metrics`` only and its errors never quote what the server sent;
-right before the window it asks the same ``host:port`` for ``/version`` (nothing else), so that a request
-without ``model_id`` is answered by the loaded model of that server's vLLM release (``pick_for_server``).
-The answer is serialized once by pydantic and returned as bytes, never re-validated.
+The endpoint is ``async def`` and calls the in-process recommender directly on the event loop (a fraction of a
+millisecond of CPU per answer: docs/results/service-latency.md): measured faster than a plain ``def`` endpoint,
+which FastAPI would run in its threadpool (docs/lab/operations.md). Only the ``server_url`` input blocks (it
+scrapes a server for ``window_s``), so that runs in a worker thread, in one of :data:`MAX_CONCURRENT_SCRAPES`
+slots: when every slot is taken the request is answered 429 with ``Retry-After`` at once, never queued. Without
+the bearer token ``window_s`` may not exceed ``settings.service.open_max_window_s``, so nobody holds the slots
+for long unannounced. The scrape fetches ``scheme://host:port/metrics`` only and its errors never quote what
+the server sent; right before the window it asks the same ``host:port`` for ``/version`` (nothing else), so
+that a request without ``model_id`` is answered by the loaded model of that server's vLLM release
+(``pick_for_server``). The answer is serialized once by pydantic and returned as bytes, never re-validated.
 """
 
 from __future__ import annotations
