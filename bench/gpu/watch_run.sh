@@ -50,14 +50,15 @@ if ! running && { [ ! -f "$work/drive.pid" ] || [ "${GM_WATCH_FRESH:-0}" = 1 ]; 
   vcmd="${GM_VLLM_CMD:-$py -m vllm.entrypoints.openai.api_server}"
   args=(--load-format dummy --skip-tokenizer-init --max-model-len 4096 --kv-cache-memory-bytes "${GM_WATCH_KV:-8G}"
         --gpu-memory-utilization 0.05 "$@")
+  # the site's .env (the CUDA library setup unpack.sh chose) sets PYTHONPATH too: source it first
+  if [ -f "$site.env" ]; then . "$site.env"; fi  # the CUDA library setup unpack.sh chose
   export PYTHONPATH="$pp:$work/src" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
   if [ -n "${GM_WATCH_CACHE_FROM:-}" ]; then
     # a race of the same shape left one compile cache per arm: merged, watch's starts skip the cold compile
     mkdir -p "$work/vllm-cache"
-    for d in "$GM_WATCH_CACHE_FROM"/*/; do [ -d "$d" ] && cp -rn "$d". "$work/vllm-cache/"; done
+    for d in "$GM_WATCH_CACHE_FROM"/*/; do [ -d "$d" ] && cp -rn "$d". "$work/vllm-cache/" 2>/dev/null; done
     export VLLM_CACHE_ROOT="$work/vllm-cache"
   fi
-  if [ -f "$site.env" ]; then . "$site.env"; fi  # the CUDA library setup unpack.sh chose
   echo "$(date -u +%FT%TZ) host: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)" \
     > "$work/drive.out"
   setsid nohup "$py" "$work/watch_drive.py" --work "$work" --python "$py" --vllm-cmd "$vcmd" \

@@ -29,6 +29,12 @@ pytestmark = pytest.mark.timeout(240)
 def run(tmp_path: Path, wait_s: int = 200) -> subprocess.CompletedProcess[str]:
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
+    # what unpack.sh writes beside a site (it sets PYTHONPATH to the site alone)
+    (tmp_path / "no-site.env").write_text(f"export PYTHONPATH={tmp_path / 'no-site'}\n")
+    cache = tmp_path / "race-cache"  # a race's compile caches, one per arm
+    for arm, name in (("FULL", "a"), ("PIECEWISE", "b")):
+        (cache / arm / "torch_compile_cache" / name).mkdir(parents=True, exist_ok=True)
+        (cache / arm / "torch_compile_cache" / name / "artifact").write_text(arm)
     env = {**os.environ, "GM_WATCH_WORK": str(tmp_path / "work"), "GM_PYTHON": sys.executable,
            "GM_SITE": str(tmp_path / "no-site"), "GM_VLLM_CMD": shlex.join([sys.executable, str(FAKE_VLLM)]),
            "GM_WATCH_MODEL_ID": H200_033, "GM_WATCH_INITIAL": "PIECEWISE",
@@ -36,7 +42,7 @@ def run(tmp_path: Path, wait_s: int = 200) -> subprocess.CompletedProcess[str]:
            "GM_WATCH_INTERVAL": "0.3", "GM_WATCH_EVALUATE_EVERY": "0.6", "GM_WATCH_WINDOW_S": "3",
            "GM_WATCH_MIN_DWELL_S": "1", "GM_WATCH_COOLDOWN_S": "1", "GM_WATCH_A_MAX_S": "6",
            "GM_WATCH_A_AFTER_S": "2", "GM_WATCH_B_S": "3", "GM_WATCH_B_RATE": "4", "GM_WATCH_B_INPUT": "256",
-           "GM_WATCH_DEADLINE_S": "120", "OUT": str(out), "PYTHONPATH": ""}
+           "GM_WATCH_DEADLINE_S": "120", "GM_WATCH_CACHE_FROM": str(cache), "OUT": str(out), "PYTHONPATH": ""}
     return subprocess.run(["bash", str(SCRIPT), str(wait_s)], cwd=ROOT, env=env, text=True, capture_output=True,
                           timeout=wait_s + 30)
 
@@ -72,6 +78,9 @@ def test_the_run_counts_every_request_and_records_the_decisions(tmp_path: Path) 
     log = (out / "watch.log").read_text()
     assert " HTTP Request: " not in log and "graphmode.watch" in log
     assert s["final_mode"] in {"PIECEWISE", "FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "NONE"}
+
+    merged = tmp_path / "work" / "vllm-cache" / "torch_compile_cache"  # both arms' caches, for watch's starts
+    assert (merged / "a" / "artifact").read_text() == "FULL" and (merged / "b" / "artifact").read_text() == "PIECEWISE"
 
     again = run(tmp_path, wait_s=5)  # collect again: no new run
     assert "started" not in again.stdout and "watch run finished" in again.stdout
