@@ -3,9 +3,12 @@
 # host's CPUs to themselves), in the background, and collect what they wrote.
 #
 # usage (on the GPU host, from the repo root, after unpack.sh put vLLM in /tmp/site):
-#   [RACE_TAG=NAME] bench/gpu/race_chain.sh WAIT_S SHAPE[:KV_BYTES[:control[:BUDGET_MIN]]] [SHAPE...] \
+#   [RACE_TAG=NAME] bench/gpu/race_chain.sh WAIT_S SHAPE[:KV_BYTES[:control[:BUDGET_MIN[:MODES]]]] [SHAPE...] \
 #       [-- race options...]
-# (KV_BYTES: each engine --kv-cache-memory-bytes, default 8G; BUDGET_MIN: that shape --budget-min; datasets
+# (KV_BYTES: each engine --kv-cache-memory-bytes, default 8G; BUDGET_MIN: that shape --budget-min; MODES: that
+# race's --modes, comma-separated (vLLM's default always races), so that one shape can race in groups that fit
+# the GPU one after another, e.g. llama-3.1-8b:4G::10:FULL,FULL_DECODE_ONLY llama-3.1-8b:4G::6:PIECEWISE,NONE
+# on 80 GB (each group its own race in the same dataset); datasets
 # are $RACE_TAG-SHAPE.sqlite, default race-h200-SHAPE.sqlite, resumed from models/profiles/ when there)
 #
 # Next lease (two starts per arm, docs/method-racing.md; about 9.5 + 9 GPU-minutes, so two shapes per
@@ -51,14 +54,15 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
     if [ -f "$site.env" ]; then . "$site.env"; fi
     export PYTHONPATH="$PYTHONPATH:/tmp/gmsrc" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
     for a in "$@"; do
-      IFS=: read -r shape kv flag budget <<< "$a"
+      IFS=: read -r shape kv flag budget modes <<< "$a"
       mkdir -p "$work/model-$shape"; cp "$work/shapes/$shape.json" "$work/model-$shape/config.json"
       extra=(); [ "${flag:-}" = control ] && extra=(--control)
       [ -n "${budget:-}" ] && extra+=(--budget-min "$budget")
-      echo "$(date -u +%FT%TZ) racing $shape kv ${kv:-8G} ${extra[*]} $opts" >>"$work/race-$shape.out"
+      [ -n "${modes:-}" ] && extra+=(--modes "$modes")  # after the chain-wide options: this one wins
+      echo "$(date -u +%FT%TZ) racing $shape kv ${kv:-8G} $opts ${extra[*]}" >>"$work/race-$shape.out"
       eval "python3 -m graphmode.profiling profile --race --dataset $work/$tag-$shape.sqlite --port 8200 \
         --log-dir $work/logs-$shape --vllm-cmd \"python3 -m vllm.entrypoints.openai.api_server\" \
-        --kv-cache-memory-bytes ${kv:-8G} ${extra[*]} $opts \
+        --kv-cache-memory-bytes ${kv:-8G} $opts ${extra[*]} \
         -- --model $work/model-$shape --load-format dummy --skip-tokenizer-init --max-model-len 4096" \
         >>"$work/race-$shape.out" 2>&1 < /dev/null
       echo "$(date -u +%FT%TZ) chain: $shape exited $?" >>"$work/chain.out"
