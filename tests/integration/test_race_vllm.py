@@ -76,7 +76,9 @@ def test_race_two_real_engines_kill_one_and_resume(tmp_path: Path) -> None:
     assert "SIGKILL" in str(failed[0]["reason"]) and "last log lines" in str(failed[0]["reason"])
     for r in ok:
         assert r["race_id"] and r["repeat"] == r["race_round"] and r["race_requested_mode"] == r["mode"]
-        assert 0 < float(r["itl_p50"]) < 1 and 0 < float(r["ttft_p50"]) < 5  # type: ignore[arg-type]
+        # ITL can be absent where a starved load generator read each stream at once (test_profile_vllm)
+        assert r["ttft_p50"] is not None and 0 < float(r["ttft_p50"]) <= float(r["e2e_p50"])  # type: ignore[arg-type]
+        assert r["itl_p50"] is None or 0 < float(r["itl_p50"]) <= float(r["e2e_p50"])  # type: ignore[arg-type]
         assert r["race_starts_wall_s"] is not None and r["race_live_engines"] == 2
     # both engines came up side by side: the session's start took about one start, not two
     starts = [float(r["startup_s"]) for r in ok if r["race_round"] == 0]  # type: ignore[arg-type]

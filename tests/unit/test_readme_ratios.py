@@ -21,6 +21,8 @@ README = REPO / "README.md"
 PROFILES = REPO / "models" / "profiles"
 # the H200 races on vLLM 0.33: the three campaign shapes and the configuration campaign
 H200_033 = ("race-h200-vllm0.33-*.sqlite", "cfg-h200-vllm0.33-*.sqlite")
+# the H100 races on vLLM 0.33 (README: FULL's TTFT there, each shape's all-rounds ratio)
+H100_033 = ("race-h100-vllm0.33-*.sqlite",)
 RATIO = re.compile(r"\d+\.\d+×")
 
 
@@ -38,6 +40,19 @@ def _pooled(patterns: tuple[str, ...]) -> list[RaceVerdict]:
 @pytest.fixture(scope="module")
 def h200_033() -> list[RaceVerdict]:
     return _pooled(H200_033)
+
+
+@pytest.fixture(scope="module")
+def h100_033() -> list[RaceVerdict]:
+    return _pooled(H100_033)
+
+
+def _h100_claim(verdicts: list[RaceVerdict]) -> str:
+    """FULL's TTFT on the H100, per shape (its race's ratio over every round), and the rounds behind them."""
+    full = sorted((v for v in verdicts if v.mode == "FULL" and v.metric == "ttft_p50" and not v.runs_as
+                   and v.ratio_all is not None), key=lambda v: v.ratio_all or 0.0)
+    assert full, "no FULL ttft_p50 race in the H100 datasets"
+    return " and ".join(f"{v.ratio_all:.2f}×" for v in full) + f" over {sum(v.rounds_all or 0 for v in full)} rounds"
 
 
 def quoted(a: AcrossRaces) -> str:
@@ -71,9 +86,16 @@ def test_every_claim_recomputes_from_its_dataset(h200_033: list[RaceVerdict]) ->
         assert fragment in text, f"README should say {fragment!r} (recomputed from the 0.33 datasets)"
 
 
-def test_every_ratio_in_the_readme_is_a_recomputed_one(h200_033: list[RaceVerdict]) -> None:
+def test_the_h100_claim_recomputes_from_its_datasets(h100_033: list[RaceVerdict]) -> None:
+    fragment = _h100_claim(h100_033)
+    assert fragment in README.read_text(encoding="utf-8"), f"README should say {fragment!r} (the H100 races)"
+
+
+def test_every_ratio_in_the_readme_is_a_recomputed_one(h200_033: list[RaceVerdict],
+                                                       h100_033: list[RaceVerdict]) -> None:
     text = README.read_text(encoding="utf-8")
     covered = {m for fragment, _ in _claims(h200_033) for m in RATIO.findall(fragment)}
+    covered |= set(RATIO.findall(_h100_claim(h100_033)))
     stray = [m for m in RATIO.findall(text) if m not in covered]
     assert not stray, f"README quotes ratios no claim recomputes: {stray}"
 
