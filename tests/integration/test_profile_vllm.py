@@ -80,11 +80,14 @@ def test_adaptive_cell_against_real_vllm(first_run: tuple[subprocess.CompletedPr
     # per SSE line, their gaps read ~0 and the median collapsed (clean-clone CI, 2026-12-02: ITL p50 10 us
     # against TPOT 5.2 ms); timed per read they share the read's gap, so the median stays a real gap, and
     # tokens per read say how often that happened (at least one, no bound: it is how busy the box was).
-    assert r["itl_mean"] is not None and 0.5 * r["tpot_p50"] <= r["itl_mean"] <= 2 * r["tpot_p50"]
-    assert r["itl_p50"] is not None and 0.1 * r["tpot_p50"] < r["itl_p50"] <= 2 * r["tpot_p50"]
+    # TPOT needs a request that ended inside the window, which a box slowed enough by other work may not
+    # give; vLLM's own mean ITL over the window (from /metrics) is then the reference
+    assert r["server_itl_mean"] is not None and r["server_itl_mean"] > 0
+    ref = r["tpot_p50"] if r["tpot_p50"] is not None else r["server_itl_mean"]
+    assert 0.5 * ref <= r["server_itl_mean"] <= 2 * ref  # the server's ITL agrees with the client's TPOT
+    assert r["itl_mean"] is not None and 0.5 * ref <= r["itl_mean"] <= 2 * ref
+    assert r["itl_p50"] is not None and 0.1 * ref < r["itl_p50"] <= 2 * ref
     assert r["chunk_tokens_mean"] is not None and r["chunk_tokens_mean"] >= 1
-    # vLLM's own mean ITL over the window, read from /metrics, agrees with the client's TPOT
-    assert r["server_itl_mean"] is not None and 0.5 * r["tpot_p50"] <= r["server_itl_mean"] <= 2 * r["tpot_p50"]
     assert r["ttft_p50_ci"] is not None
     # The ITL interval needs three half-second sub-windows with five arrivals each; a client the box starves
     # reads in bursts and may not give it. The rule: a cell without it cannot stop on its interval.
