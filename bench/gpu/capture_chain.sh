@@ -78,19 +78,12 @@ for c in "${cases[@]}"; do
 done
 case_name() { IFS=: read -r s k _ <<< "$1"; case "${k:-loads}" in long|long-decode) echo "$s-long";; *) echo "$s";; esac; }
 
+. bench/gpu/kcache.sh
 if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/null; }; then
   . bench/gpu/preflight.sh && gm_preflight "${GM_SITE:-/tmp/site}" "$py" src || exit 3
   rm -rf "$work/src" && cp -r src "$work/src" && cp -r models/shapes "$work/shapes" 2>/dev/null
-  # kernel caches an earlier lease sent back (kcache.tgz, below), carried in .gpu/: a fresh host's first engine
-  # wave took 233 s against 106 s on a host that had run a model before (lease 8), though torch.compile took
-  # 14 s in both; what filled the gap is one of these caches
-  # (or staged by a call of its own, /tmp/stage/kcache.tgz: the last bundle call may have no room for it)
-  for kc_src in .gpu/kcache.tgz /tmp/stage/kcache.tgz; do
-    if [ -f "$kc_src" ] && [ ! -f "$work/kcache-restored" ]; then
-      tar -xzf "$kc_src" -C / 2>/dev/null && date -u +%FT%TZ > "$work/kcache-restored" \
-        && echo "restored kernel caches from $kc_src"
-    fi
-  done
+  # kernel caches an earlier lease sent back (kcache.tgz, below; bench/gpu/kcache.sh says why)
+  gm_kcache_restore "$work"
   # a case measured on an earlier lease goes on from its committed dataset: its profile and lone starts are
   # done (--resume skips them, ~8 GPU-minutes a case), its race resumes when the race key is unchanged
   # (same GM_WORK, since the model's path is in the profile key); the lists it raced are frozen with it:
@@ -251,23 +244,9 @@ PY
   table > "$OUT/table.md"
   nvidia-smi --query-gpu=index,name,driver_version,memory.total,uuid --format=csv > "$OUT/gpu.csv" 2>/dev/null \
     || rm -f "$OUT/gpu.csv"
-  # the host's kernel caches, for the next lease's first wave (restored above when carried as .gpu/kcache.tgz);
-  # only while $OUT has room (8 files) and the archive stays under the 16 MiB a file may have
-  kc=()
-  for d in "$HOME/.triton/cache" "$HOME/.cache/flashinfer" "/tmp/torchinductor_$(id -un)"; do
-    [ -d "$d" ] && kc+=("${d#/}")
-  done
-  { echo "== kernel caches (du -sh)"; for d in "${kc[@]}"; do du -sh "/$d"; done
-    du -sh "$work"/logs-*/vllm-cache 2>/dev/null; } >> "$OUT/summary.txt" 2>/dev/null
-  # the smallest-first caches that fit: drop the last (largest-risk: inductor's) until the archive does
-  while [ ${#kc[@]} -gt 0 ] && [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -lt 8 ]; do
-    tar -czf "$OUT/kcache.tgz" -C / "${kc[@]}" 2>/dev/null
-    if [ "$(stat -c %s "$OUT/kcache.tgz" 2>/dev/null || echo 0)" -le 16000000 ]; then
-      echo "kcache.tgz: ${kc[*]}" >> "$OUT/summary.txt"; break
-    fi
-    rm -f "$OUT/kcache.tgz"; echo "kcache.tgz over 16 MB with ${kc[-1]}: left out" >> "$OUT/summary.txt"
-    unset 'kc[-1]'
-  done
+  { du -sh "$work"/logs-*/vllm-cache 2>/dev/null; } >> "$OUT/summary.txt" 2>/dev/null
+  # the host's kernel caches, for the next lease's first wave (restored above)
+  gm_kcache_pack "$OUT" "$OUT/summary.txt"
 fi
 summary
 table

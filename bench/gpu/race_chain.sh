@@ -24,6 +24,11 @@
 # the same arguments only waits (up to WAIT_S) and collects. The source tree is copied to /tmp/gmsrc when
 # the chain starts, so later device calls (which lay the working tree anew) cannot change code mid-race.
 # Into $OUT: $RACE_TAG-SHAPE.sqlite per shape started so far (SQLite backups), logs.tgz, summary.txt.
+# GM_CHAIN_END_S (seconds from the chain's start, e.g. the lease's device time left minus the collection
+# margin): a race that would start with less than GM_CHAIN_MIN_RACE_S (default 420) of that left is skipped
+# and the chain goes on to the next, since a race started late spends what is left on its compile and engine
+# starts and measures nothing (an 8B group given 5 minutes on a fresh H100 host, 2026-12-06). Kernel caches:
+# bench/gpu/kcache.sh (restored before the first race, sent back as kcache.tgz while $OUT has room).
 # GM_SITE picks the release's site dir (/tmp/site: vLLM 0.24; /tmp/site-0.33); its .env, written by
 # unpack.sh, adds the CUDA library setup the probe chose (LD_PRELOAD or LD_LIBRARY_PATH).
 set -uo pipefail
@@ -35,8 +40,13 @@ work=/tmp/gmr; mkdir -p "$work"
 tag="${RACE_TAG:-race-h200}"
 case "$tag" in *[!A-Za-z0-9._-]*|"") echo "RACE_TAG: letters, digits, . _ - only" >&2; exit 2;; esac
 
+. bench/gpu/kcache.sh
 if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/null; }; then
   . bench/gpu/preflight.sh && gm_preflight "${GM_SITE:-/tmp/site}" python3 src || exit 3
+  gm_kcache_restore "$work"
+  case "${GM_CHAIN_END_S:-}${GM_CHAIN_MIN_RACE_S:-}" in *[!0-9]*) echo "GM_CHAIN_END_S, GM_CHAIN_MIN_RACE_S: seconds" >&2; exit 2;; esac
+  if [ -n "${GM_CHAIN_END_S:-}" ]; then echo $(( $(date +%s) + GM_CHAIN_END_S )) > "$work/chain-end"; else rm -f "$work/chain-end"; fi
+  echo "${GM_CHAIN_MIN_RACE_S:-420}" > "$work/chain-min-race"
   rm -rf /tmp/gmsrc && cp -r src /tmp/gmsrc && cp -r models/shapes "$work/shapes" && cp bench/race_windows.py "$work/"
   for a in "${assign[@]}"; do
     shape="${a%%:*}"
@@ -55,6 +65,13 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
     export PYTHONPATH="$PYTHONPATH:/tmp/gmsrc" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
     for a in "$@"; do
       IFS=: read -r shape kv flag budget modes <<< "$a"
+      if [ -f "$work/chain-end" ]; then
+        left=$(( $(cat "$work/chain-end") - $(date +%s) )); need=$(cat "$work/chain-min-race")
+        if [ "$left" -lt "$need" ]; then
+          echo "$(date -u +%FT%TZ) chain: $a skipped: ${left} s left before GM_CHAIN_END_S, a race needs ${need}" >>"$work/chain.out"
+          continue
+        fi
+      fi
       mkdir -p "$work/model-$shape"; cp "$work/shapes/$shape.json" "$work/model-$shape/config.json"
       extra=(); [ "${flag:-}" = control ] && extra=(--control)
       [ -n "${budget:-}" ] && extra+=(--budget-min "$budget")
@@ -102,6 +119,7 @@ PY
     --exclude='*.sqlite*' --exclude='*.pid' .) 2>/dev/null
   summary > "$OUT/summary.txt"
   nvidia-smi --query-gpu=index,name,driver_version,memory.total,uuid --format=csv > "$OUT/gpu.csv" 2>/dev/null
+  gm_kcache_pack "$OUT" "$OUT/summary.txt"
 fi
 summary
 for a in "${assign[@]}"; do echo "== ${a%%:*}"; tail -n 12 "$work/race-${a%%:*}.out" 2>/dev/null; done
