@@ -45,12 +45,14 @@ def handle_errors() -> Iterator[None]:
 class VllmArgsCommand(typer.core.TyperCommand):
     """A command that passes vLLM's args on: what follows a literal ``--`` lands in ``ctx.args`` unparsed.
 
-    Click's ``ignore_unknown_options`` (needed so that ``--model`` after ``--`` is not refused) would also keep an
-    unknown option *before* ``--`` as a vLLM arg, so a misspelt option (``--model-config`` for ``--model-path``)
-    would silently change what the command does. Here anything left over before the ``--`` is a usage error
-    (exit 2) that names it, with the command's own options closest to it; args after ``--`` pass as before.
-    vLLM's args are documented, deployed (the image's entrypoint is ``graphmode launch --``) and tested after
-    ``--`` for every such command, so none of them takes vLLM args without it.
+    Click keeps those args with ``allow_extra_args``, which would also keep a stray positional arg before ``--``
+    as a vLLM arg, and with ``ignore_unknown_options`` an unknown option too: a misspelt option
+    (``--model-config`` for ``--model-path``) would silently change what the command does. Here anything left
+    over before the ``--`` is a usage error (exit 2, graphmode's one-line error) that names it, with the
+    command's own options closest to it; args after ``--`` pass as before. (``ignore_unknown_options`` stays so
+    that this class, not click, words the error, the same for unknown options and stray args.) Every such
+    command takes vLLM's args only after ``--``: that is how the docs, the deploy files (the image's entrypoint
+    is ``graphmode launch --``) and the bench scripts pass them, launch's included.
     """
 
     def __init__(self, name: str | None, **kwargs: Any) -> None:

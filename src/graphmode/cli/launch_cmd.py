@@ -234,6 +234,8 @@ def launch(
 
 def register(app: typer.Typer) -> None:
     """Add ``graphmode launch`` to the app."""
+    # vLLM's args only after -- (the image's entrypoint is `graphmode launch --`), as for every command that
+    # passes them on: a misspelt launch option is an error, not a vLLM arg that starts the wrong deployment.
     app.command(
         cls=VllmArgsCommand,
         epilog="Everything after -- goes to vLLM (model, --max-model-len, --compilation-config, ...).",
