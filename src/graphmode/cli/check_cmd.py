@@ -8,14 +8,14 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from graphmode.cli.common import handle_errors
+from graphmode.cli.common import VllmArgsCommand, handle_errors
 
 out_console = Console()
 
 
 def register(app: typer.Typer) -> None:
     @app.command(
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        cls=VllmArgsCommand,
         epilog="Everything after -- is vLLM's serve args. Exit status 1 when a finding is an error (CI gating).",
     )
     def check(

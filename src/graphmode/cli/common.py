@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+import typer.core
 from rich import box
 from rich.console import Console
 from rich.markup import escape
@@ -33,11 +35,70 @@ def handle_errors() -> Iterator[None]:
     try:
         yield
     except ConfigError as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_USAGE) from None
     except GraphmodeError as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_ERROR) from None
+
+
+class VllmArgsCommand(typer.core.TyperCommand):
+    """A command that passes vLLM's args on: what follows a literal ``--`` lands in ``ctx.args`` unparsed.
+
+    Click keeps those args with ``allow_extra_args``, which would also keep a stray positional arg before ``--``
+    as a vLLM arg, and with ``ignore_unknown_options`` an unknown option too: a misspelt option
+    (``--model-config`` for ``--model-path``) would silently change what the command does. Here anything left
+    over before the ``--`` is a usage error (exit 2, graphmode's one-line error) that names it, with the
+    command's own options closest to it; args after ``--`` pass as before. (``ignore_unknown_options`` stays so
+    that this class, not click, words the error, the same for unknown options and stray args.) Every such
+    command takes vLLM's args only after ``--``: that is how the docs, the deploy files (the image's entrypoint
+    is ``graphmode launch --``) and the bench scripts pass them, launch's included.
+    """
+
+    def __init__(self, name: str | None, **kwargs: Any) -> None:
+        settings = {**(kwargs.pop("context_settings", None) or {}),
+                    "allow_extra_args": True, "ignore_unknown_options": True}
+        super().__init__(name, context_settings=settings, **kwargs)
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        # ``ctx`` is the click Context of the click that typer runs on (typer may vendor its own)
+        raw = list(args)
+        rest = super().parse_args(ctx, args)
+        if ctx.resilient_parsing:  # shell completion: nothing is run
+            return rest
+        extras: list[str] = list(ctx.args)
+        before = extras[: len(extras) - _after_separator(raw, extras)]
+        if before:
+            with handle_errors():
+                raise ConfigError(self._leftover_message(ctx, before))
+        return rest
+
+    def _leftover_message(self, ctx: Any, before: list[str]) -> str:
+        """One line for args left over before ``--``: the first unknown option (else the first positional
+        arg), the command's options closest to it, and where vLLM's args go."""
+        where = f"for {ctx.command_path} (see --help); vLLM's args go after --"
+        option = next((a for a in before if a.startswith("-") and len(a) > 1), None)
+        if option is None:
+            return f"unexpected argument {terminal_safe(before[0], 80)!r} {where}"
+        name = option.split("=", 1)[0]
+        own = [o for p in self.get_params(ctx) if p.param_type_name == "option" for o in (*p.opts, *p.secondary_opts)]
+        close = difflib.get_close_matches(name, own, n=3)
+        if len(close) > 1:  # "--a, --b or --c"
+            close = [", ".join(close[:-1]), close[-1]]
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        return f"unknown option {terminal_safe(name, 80)} {where}{hint}"
+
+
+def _after_separator(raw: list[str], extras: list[str]) -> int:
+    """How many of a command's leftover args (``extras``, in order) came after the ``--`` that ended its options
+    in ``raw``, its whole command line. Click drops that ``--`` and appends everything after it to the leftovers
+    unparsed, so it is the first ``--`` whose whole tail ends ``extras``; an earlier ``--`` was an option's value
+    (``--vllm-cmd --``), whose tail click went on parsing. 0 when no ``--`` ended the options."""
+    for i, arg in enumerate(raw):
+        tail = raw[i + 1:]
+        if arg == "--" and len(tail) <= len(extras) and extras[len(extras) - len(tail):] == tail:
+            return len(tail)
+    return 0
 
 
 def read_at_file(text: str, option: str) -> str:

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 
 from graphmode.cli import options as o
-from graphmode.cli.common import handle_errors, read_at_file, validation_message, vllm_invocation
+from graphmode.cli.common import VllmArgsCommand, handle_errors, read_at_file, validation_message, vllm_invocation
 from graphmode.core.errors import ConfigError, EngineError
 
 console = Console(stderr=True)
@@ -234,7 +234,9 @@ def launch(
 
 def register(app: typer.Typer) -> None:
     """Add ``graphmode launch`` to the app."""
+    # vLLM's args only after -- (the image's entrypoint is `graphmode launch --`), as for every command that
+    # passes them on: a misspelt launch option is an error, not a vLLM arg that starts the wrong deployment.
     app.command(
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        cls=VllmArgsCommand,
         epilog="Everything after -- goes to vLLM (model, --max-model-len, --compilation-config, ...).",
     )(launch)

@@ -12,6 +12,7 @@ from rich.console import Console
 from graphmode.cli import options as o
 from graphmode.cli.common import (
     EXIT_PARTIAL,
+    VllmArgsCommand,
     client_reads_text,
     engine_process_text,
     handle_errors,
@@ -249,6 +250,6 @@ def profile(
 def register(app: typer.Typer) -> None:
     """Add ``graphmode profile`` to the app."""
     app.command(
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        cls=VllmArgsCommand,
         epilog="Everything after -- goes to vLLM unchanged (model, --max-model-len, ...).",
     )(profile)

@@ -16,6 +16,7 @@ from rich.table import Table
 from graphmode.cli.common import (
     NARROW,
     WORKLOAD_FLAGS,
+    VllmArgsCommand,
     handle_errors,
     read_at_file,
     terminal_safe,
@@ -428,7 +429,7 @@ _CapPad = Annotated[float | None, typer.Option(
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    @app.command(cls=VllmArgsCommand,
                  epilog="Everything after -- is the deployment's vLLM args (as --vllm-args).")
     def recommend(
         ctx: typer.Context, rate: _Rate = None, burstiness: _Burst = 1.0, input_tokens: _InTok = None,

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from graphmode.cli import options as o
-from graphmode.cli.common import handle_errors, parse_modes, vllm_invocation
+from graphmode.cli.common import VllmArgsCommand, handle_errors, parse_modes, vllm_invocation
 from graphmode.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -281,6 +281,6 @@ def register(app: typer.Typer) -> None:
     """Add ``graphmode train`` and ``graphmode retrain`` to the app."""
     app.command()(train)
     app.command(
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        cls=VllmArgsCommand,
         epilog="Everything after -- goes to vLLM unchanged (model, --max-model-len, ...).",
     )(retrain)

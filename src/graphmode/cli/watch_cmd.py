@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from graphmode.cli import options as o
-from graphmode.cli.common import handle_errors
+from graphmode.cli.common import VllmArgsCommand, handle_errors
 from graphmode.core.errors import ConfigError, EngineStartError
 
 if TYPE_CHECKING:  # the controller's modules load when `graphmode watch` runs, not for --help
@@ -145,7 +145,7 @@ def watch(
 def register(app: typer.Typer) -> None:
     """Add ``graphmode watch`` to the app."""
     app.command(
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        cls=VllmArgsCommand,
         epilog="Managed mode: everything after -- goes to vLLM. Attached mode (--attach URL) only reports, "
                "unless --k8s-deployment names the Kubernetes Deployment to patch (then it switches).",
     )(watch)
