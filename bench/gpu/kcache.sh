@@ -7,15 +7,16 @@
 # (flashinfer-cubin / flashinfer-jit-cache), so every lease paid it again. H100 and H200 are both sm_90: a
 # cache from either serves the other.
 #
-# gm_kcache_restore WORK: unpack the first of .gpu/kcache.tgz, /tmp/stage/kcache.tgz under /, once per WORK.
+# gm_kcache_restore WORK: unpack the first of .gpu/kcache.tgz, /tmp/stage/kcache.tgz (or the archives
+#   GM_KCACHE_FROM names, space-separated) under /, once per WORK.
 # gm_kcache_pack OUT SUMMARY: while OUT holds fewer than 8 files, write OUT/kcache.tgz of the host's caches
 #   that fit the 16 MB a returned file may have (dropping the largest-risk cache, Inductor's, first), and say
-#   what it holds in SUMMARY. Copy it to .gpu/kcache.tgz after the lease: prepare_bundle.sh puts it in the
+#   what it holds in SUMMARY. GM_KCACHE_DIRS (space-separated absolute paths) replaces the list of caches. Copy it to .gpu/kcache.tgz after the lease: prepare_bundle.sh puts it in the
 #   first bundle call.
 
 gm_kcache_restore() {
   local work="$1" src
-  for src in .gpu/kcache.tgz /tmp/stage/kcache.tgz; do
+  for src in ${GM_KCACHE_FROM:-.gpu/kcache.tgz /tmp/stage/kcache.tgz}; do
     if [ -f "$src" ] && [ ! -f "$work/kcache-restored" ]; then
       tar -xzf "$src" -C / 2>/dev/null && date -u +%FT%TZ > "$work/kcache-restored" \
         && echo "restored kernel caches from $src"
@@ -25,7 +26,7 @@ gm_kcache_restore() {
 
 gm_kcache_pack() {
   local out="$1" summary="$2" d kc=()
-  for d in "$HOME/.cache/flashinfer" "$HOME/.triton/cache" "/tmp/torchinductor_$(id -un)"; do
+  for d in ${GM_KCACHE_DIRS:-"$HOME/.cache/flashinfer" "$HOME/.triton/cache" "/tmp/torchinductor_$(id -un)"}; do
     [ -d "$d" ] && kc+=("${d#/}")
   done
   { echo "== kernel caches (du -sh)"; for d in "${kc[@]}"; do du -sh "/$d"; done; } >> "$summary" 2>/dev/null

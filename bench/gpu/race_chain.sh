@@ -21,7 +21,7 @@
 #
 # run_race.sh races its shapes at the same time; this chain is for a single-GPU lease where shapes must not
 # disturb each other. The chain starts once under setsid and outlives the device call; calling again with
-# the same arguments only waits (up to WAIT_S) and collects. The source tree is copied to /tmp/gmsrc when
+# the same arguments only waits (up to WAIT_S) and collects. The source tree is copied to $work/src when
 # the chain starts, so later device calls (which lay the working tree anew) cannot change code mid-race.
 # Into $OUT: $RACE_TAG-SHAPE.sqlite per shape started so far (SQLite backups), logs.tgz, summary.txt.
 # GM_CHAIN_END_S (seconds from the chain's start, e.g. the lease's device time left minus the collection
@@ -36,18 +36,21 @@ wait_s="$1"; shift
 assign=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do assign+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
-work=/tmp/gmr; mkdir -p "$work"
+# GM_CHAIN_WORK, GM_PYTHON, GM_VLLM_CMD, GM_CHAIN_PORT: the work dir, graphmode's and vLLM's commands and the first
+# port (a CPU run against tests/support/fake_vllm.py: tests/unit/test_race_chain.py)
+work="${GM_CHAIN_WORK:-/tmp/gmr}"; mkdir -p "$work"
+py="${GM_PYTHON:-python3}"
 tag="${RACE_TAG:-race-h200}"
 case "$tag" in *[!A-Za-z0-9._-]*|"") echo "RACE_TAG: letters, digits, . _ - only" >&2; exit 2;; esac
 
 . bench/gpu/kcache.sh
 if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/null; }; then
-  . bench/gpu/preflight.sh && gm_preflight "${GM_SITE:-/tmp/site}" python3 src || exit 3
+  . bench/gpu/preflight.sh && gm_preflight "${GM_SITE:-/tmp/site}" "$py" src || exit 3
   gm_kcache_restore "$work"
   case "${GM_CHAIN_END_S:-}${GM_CHAIN_MIN_RACE_S:-}" in *[!0-9]*) echo "GM_CHAIN_END_S, GM_CHAIN_MIN_RACE_S: seconds" >&2; exit 2;; esac
   if [ -n "${GM_CHAIN_END_S:-}" ]; then echo $(( $(date +%s) + GM_CHAIN_END_S )) > "$work/chain-end"; else rm -f "$work/chain-end"; fi
   echo "${GM_CHAIN_MIN_RACE_S:-420}" > "$work/chain-min-race"
-  rm -rf /tmp/gmsrc && cp -r src /tmp/gmsrc && cp -r models/shapes "$work/shapes" && cp bench/race_windows.py "$work/"
+  rm -rf "$work/src" "$work/shapes" && cp -r src "$work/src" && cp -r models/shapes "$work/shapes" && cp bench/race_windows.py "$work/"
   for a in "${assign[@]}"; do
     shape="${a%%:*}"
     ds="$work/$tag-$shape.sqlite"
@@ -57,12 +60,17 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
   if [ $# -gt 0 ]; then printf '%q ' "$@"; fi > "$work/race-options"
   echo "$tag" > "$work/race-tag"
   echo "${GM_SITE:-/tmp/site}" > "$work/race-site"
+  echo "$py" > "$work/python"
+  echo "${GM_VLLM_CMD:-python3 -m vllm.entrypoints.openai.api_server}" > "$work/vllm-cmd"
+  echo "${GM_CHAIN_PORT:-8200}" > "$work/port"
   # shellcheck disable=SC2016
   setsid nohup bash -c '
-    work=/tmp/gmr; opts=$(cat "$work/race-options"); tag=$(cat "$work/race-tag"); site=$(cat "$work/race-site")
+    work="$1"; shift
+    opts=$(cat "$work/race-options"); tag=$(cat "$work/race-tag"); site=$(cat "$work/race-site")
+    py=$(cat "$work/python"); vcmd=$(cat "$work/vllm-cmd"); port=$(cat "$work/port")
     PYTHONPATH="$site"
     if [ -f "$site.env" ]; then . "$site.env"; fi
-    export PYTHONPATH="$PYTHONPATH:/tmp/gmsrc" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
+    export PYTHONPATH="$PYTHONPATH:$work/src" HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
     for a in "$@"; do
       IFS=: read -r shape kv flag budget modes <<< "$a"
       if [ -f "$work/chain-end" ]; then
@@ -77,13 +85,13 @@ if ! { [ -f "$work/chain.pid" ] && kill -0 "$(cat "$work/chain.pid")" 2>/dev/nul
       [ -n "${budget:-}" ] && extra+=(--budget-min "$budget")
       [ -n "${modes:-}" ] && extra+=(--modes "$modes")  # after the chain-wide options: this one wins
       echo "$(date -u +%FT%TZ) racing $shape kv ${kv:-8G} $opts ${extra[*]}" >>"$work/race-$shape.out"
-      eval "python3 -m graphmode.profiling profile --race --dataset $work/$tag-$shape.sqlite --port 8200 \
-        --log-dir $work/logs-$shape --vllm-cmd \"python3 -m vllm.entrypoints.openai.api_server\" \
+      eval "\"\$py\" -m graphmode.profiling profile --race --dataset $work/$tag-$shape.sqlite --port $port \
+        --log-dir $work/logs-$shape --vllm-cmd \"\$vcmd\" \
         --kv-cache-memory-bytes ${kv:-8G} $opts ${extra[*]} \
         -- --model $work/model-$shape --load-format dummy --skip-tokenizer-init --max-model-len 4096" \
         >>"$work/race-$shape.out" 2>&1 < /dev/null
       echo "$(date -u +%FT%TZ) chain: $shape exited $?" >>"$work/chain.out"
-    done' chain "${assign[@]}" >>"$work/chain.out" 2>&1 < /dev/null &
+    done' chain "$work" "${assign[@]}" >>"$work/chain.out" 2>&1 < /dev/null &
   echo $! > "$work/chain.pid"
   echo "started the chain (pid $!): ${assign[*]}"
 fi
@@ -103,19 +111,19 @@ summary() {
   du -sh "$work"/logs-*/vllm-cache/* 2>/dev/null | sed 's/^/compile cache: /'
   # the windows each arm measured against the default's (the host python has no pydantic: the bundle's site)
   local ds=(); for a in "${assign[@]}"; do [ -f "$work/$tag-${a%%:*}.sqlite" ] && ds+=("$work/$tag-${a%%:*}.sqlite"); done
-  [ ${#ds[@]} -gt 0 ] && PYTHONPATH="$(cat "$work/race-site" 2>/dev/null):/tmp/gmsrc" python3 "$work/race_windows.py" \
+  [ ${#ds[@]} -gt 0 ] && PYTHONPATH="$(cat "$work/race-site" 2>/dev/null):$work/src" "$py" "$work/race_windows.py" \
     "${ds[@]}" --race latest 2>&1
 }
 if [ -n "${OUT:-}" ]; then
   for a in "${assign[@]}"; do
     shape="${a%%:*}"
     [ -f "$work/$tag-$shape.sqlite" ] || continue
-    python3 - "$work/$tag-$shape.sqlite" "$OUT/$tag-$shape.sqlite" <<'PY'
+    "$py" - "$work/$tag-$shape.sqlite" "$OUT/$tag-$shape.sqlite" <<'PY'
 import sqlite3, sys
 src = sqlite3.connect(sys.argv[1]); dst = sqlite3.connect(sys.argv[2]); src.backup(dst); dst.close()
 PY
   done
-  (cd "$work" && tar -czf "$OUT/logs.tgz" --exclude='model-*' --exclude='shapes' --exclude='vllm-cache' \
+  (cd "$work" && tar -czf "$OUT/logs.tgz" --exclude='model-*' --exclude='shapes' --exclude='src' --exclude='vllm-cache' \
     --exclude='*.sqlite*' --exclude='*.pid' .) 2>/dev/null
   summary > "$OUT/summary.txt"
   nvidia-smi --query-gpu=index,name,driver_version,memory.total,uuid --format=csv > "$OUT/gpu.csv" 2>/dev/null
