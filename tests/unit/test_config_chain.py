@@ -13,11 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.net import free_port
+from tests.support.chains import ROOT, chain_env
 
-ROOT = Path(__file__).resolve().parents[2]
 CHAIN = ROOT / "bench" / "gpu" / "config_chain.sh"
-FAKE_VLLM = ROOT / "tests" / "support" / "fake_vllm.py"
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -44,10 +42,7 @@ def campaign(tmp_path: Path) -> Path:
 def chain(tmp_path: Path, file: Path, *items: str) -> subprocess.CompletedProcess[str]:
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
-    env = {**os.environ, "GM_CHAIN_WORK": str(tmp_path / "work"), "GM_PYTHON": sys.executable,
-           "GM_SITE": str(tmp_path / "no-site"), "GM_VLLM_CMD": shlex.join([sys.executable, str(FAKE_VLLM)]),
-           "GM_CHAIN_PORT": str(free_port()), "RACE_TAG": "t", "OUT": str(out),
-           "FAKE_VLLM_STEP_S": "3", "PYTHONPATH": ""}
+    env = chain_env(tmp_path, tmp_path / "work", out)
     return subprocess.run(["bash", str(CHAIN), "240", str(file), *items], cwd=ROOT, env=env, text=True,
                           capture_output=True, timeout=280)
 

@@ -4,28 +4,22 @@ kernel caches go back as kcache.tgz and a later chain restores them before it ra
 
 from __future__ import annotations
 
-import os
-import shlex
 import sqlite3
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from tests.support.net import free_port
+from tests.support.chains import ROOT, chain_env
 
-ROOT = Path(__file__).resolve().parents[2]
 CHAIN = ROOT / "bench" / "gpu" / "race_chain.sh"
-FAKE_VLLM = ROOT / "tests" / "support" / "fake_vllm.py"
 
 pytestmark = pytest.mark.timeout(300)
 
-GRID = """name: tiny
+GRID = """name: one-workload
 defaults: {duration_s: 1, warmup_s: 0}
-workloads:
-  - {name: w-decode, rate: 10, input: {mean: 16}, output: {mean: 16}}
+workloads: [{name: w-decode, rate: 10, input: {mean: 16}, output: {mean: 16}}]
 """
 RACE = ["--modes", "NONE", "--starts", "1", "--max-rounds", "2", "--cell-s", "0.6", "--cell-warmup-s", "0.3"]
 
@@ -36,10 +30,7 @@ def chain(tmp_path: Path, name: str, *assign: str, env: dict[str, str] | None = 
     out.mkdir()
     grid = tmp_path / "tiny.yaml"
     grid.write_text(GRID)
-    full = {**os.environ, "GM_CHAIN_WORK": str(tmp_path / f"work-{name}"), "GM_PYTHON": sys.executable,
-            "GM_SITE": str(tmp_path / "no-site"), "GM_VLLM_CMD": shlex.join([sys.executable, str(FAKE_VLLM)]),
-            "GM_CHAIN_PORT": str(free_port()), "RACE_TAG": "t", "OUT": str(out), "FAKE_VLLM_STEP_S": "3",
-            "PYTHONPATH": "", "HOME": str(tmp_path / "home"), **(env or {})}
+    full = chain_env(tmp_path, tmp_path / f"work-{name}", out, HOME=str(tmp_path / "home"), **(env or {}))
     options = [*(race if race is not None else RACE), "--grid", str(grid)]
     return subprocess.run(["bash", str(CHAIN), "240", *assign, "--", *options], cwd=ROOT, env=full, text=True,
                           capture_output=True, timeout=280)
