@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,8 +135,9 @@ class ArmVerdicts:
 
 
 def arm_verdicts(table: RoundTable, arm: str, metrics: Sequence[str], rule: SequentialRule,
-                 workloads: Iterable[str] | None = None) -> ArmVerdicts:
-    """Pooled verdicts at *rule*, and per-workload ones at a Bonferroni-corrected confidence.
+                 workloads: Iterable[str] | None = None, running: Collection[str] = frozenset()) -> ArmVerdicts:
+    """Pooled verdicts at *rule*, and per-workload ones at a Bonferroni-corrected confidence. *running*: the
+    engine starts still up (a live race's), whose blocks are not complete (sequential_decision's open_blocks).
 
     An arm gets one verdict per workload of the design, so at the pooled confidence a six-workload design
     would call a difference on some workload of an A/A arm far more often than 5% of the time; each
@@ -144,15 +145,17 @@ def arm_verdicts(table: RoundTable, arm: str, metrics: Sequence[str], rule: Sequ
     """
     names = sorted(set(workloads) if workloads is not None else {w for w, _ in table.cells.values()})
     between = {m: aa_between(table, m) if arm != CONTROL_ARM else None for m in metrics}
-    pooled = {m: _decide(table.blocked(arm, m), metric_rule(rule, m), between[m]) for m in metrics}
+    pooled = {m: _decide(table.blocked(arm, m), metric_rule(rule, m), between[m], running) for m in metrics}
     per = workload_rule(rule, len(names))
-    by_workload = {(m, w): _decide(table.blocked(arm, m, w), metric_rule(per, m), between[m])
+    by_workload = {(m, w): _decide(table.blocked(arm, m, w), metric_rule(per, m), between[m], running)
                    for m in metrics for w in names}
     return ArmVerdicts(arm, pooled, by_workload)
 
 
-def _decide(data: tuple[list[float], list[Block]], rule: SequentialRule, between: BetweenStarts | None) -> Decision:
-    return sequential_decision(data[0], rule, data[1], between)
+def _decide(data: tuple[list[float], list[Block]], rule: SequentialRule, between: BetweenStarts | None,
+            running: Collection[str]) -> Decision:
+    running_blocks = {b for b in data[1] if b[0] in running or b[1] in running}
+    return sequential_decision(data[0], rule, data[1], between, running_blocks)
 
 
 def aa_between(table: RoundTable, metric: str) -> BetweenStarts | None:

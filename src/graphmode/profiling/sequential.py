@@ -25,18 +25,21 @@ Interval with at least two starts of the mode and two of the default (:func:`blo
     The unit of replication is the block. ``b_k`` is the mean of ``y`` over block ``k``'s rounds, ``K`` the
     number of blocks, ``θ̂ = mean_k b_k``.
 
-    * ``K ≥ 3``: the t interval across block means, ``θ̂ ± t_{(1+c)/2, K-1} · sqrt(D) · s_b / sqrt(K)``,
-      ``s_b`` the sd of the ``b_k``. Blocks that share a start are correlated (the race's staggered restarts
-      give the chain (A1,D1), (A1,D2), (A2,D2)), which ``s_b`` does not see: ``D`` is the design effect
+    * ``K ≥ 3`` without an A/A arm: the t interval across block means,
+      ``θ̂ ± t_{(1+c)/2, K-1} · sqrt(D) · s_b / sqrt(K)``, ``s_b`` the sd of the ``b_k``. Blocks that share
+      a start are correlated (the race's staggered restarts give the chain (A1,D1), (A1,D2), (A2,D2)), which
+      ``s_b`` does not see: ``D`` is the design effect
       ``Var(θ̂) / E[s_b²/K]`` under the model with ``σ² = 0`` (the start effect dominating, the conservative
       end): with ``S_kl`` = number of starts blocks ``k`` and ``l`` share (2 on the diagonal),
       ``D = (ΣS / K²) / ((2K − ΣS/K) / (K(K−1)))``. Disjoint blocks give ``D = 1``; the chain of three
       gives ``D = 2.5``.
-    * ``K = 2``: with the A/A arm's start variance ``τ̂²`` (:func:`between_from_aa`, ``m`` A/A blocks):
+    * ``K ≥ 2`` with an A/A arm (its start variance ``τ̂²``, :func:`between_from_aa`, ``m`` A/A blocks; taken
+      whenever the race has one, at three blocks too: t over three block means has 2 df, and at a spent
+      look's confidence its quantile alone is ~10, while the A/A model's df come mostly from the rounds):
       ``Var(θ̂) = (ΣS/K²) · τ̂² + (Σ_k 1/n_k / K²) · σ̂²``, ``σ̂²`` the pooled within-block variance
-      (``Σ(n_k − 1)`` df), and ``θ̂ ± t_{(1+c)/2, ν} · sqrt(Var)`` with Welch–Satterthwaite ``ν``. Without an
-      A/A arm (or with one round per block) there is no interval: "better" and "equivalent" are refused
-      ("needs more starts").
+      (``Σ(n_k − 1)`` df), and ``θ̂ ± t_{(1+c)/2, ν} · sqrt(Var)`` with Welch–Satterthwaite ``ν``. Two blocks
+      without an A/A arm (or with one round per block) give no interval: "better" and "equivalent" are
+      refused ("needs more starts").
 
 Rules, with margin ``δ`` (default 3%), after at least ``min_rounds`` (default 3) rounds:
     * **worse** when the interval's lower bound is above ``ln(1 + δ)``: the mode is more than δ slower;
@@ -61,9 +64,18 @@ Rules, with margin ``δ`` (default 3%), after at least ``min_rounds`` (default 3
 
 A verdict is taken at the first round whose interval crosses a boundary and then stands
 (:func:`sequential_decision`); where the rounds measured after it (for another metric) read otherwise, the
-decision says so (``since``). Every round is a look at the data; with ``spend`` each look runs at a higher
-confidence than the rule's (:func:`look_confidence`: ``1 - confidence`` is spent over the looks,
-``α·6/(π²j²)`` at look ``j``), and a verdict has the rule's error rate over the whole race, not per look.
+decision says so (``since``). With ``spend`` each look runs at a higher confidence than the rule's
+(:func:`look_confidence`: ``1 - confidence`` is spent over the looks, ``α·6/(π²j²)`` at look ``j``), and a
+verdict has the rule's error rate over the whole race, not per look. The two intervals count their looks
+apart. The per-round interval looks every round (look ``j = n − min_rounds + 1``). The interval over start
+blocks looks once per set of *complete* blocks (a block is complete when its engines no longer run:
+``open_blocks`` names the running ones, and replaying a dataset a block is complete from its last round on),
+look ``j = K − K₀ + 1`` with ``K`` complete blocks and ``K₀`` the fewest that give an interval (2 with an A/A
+arm, else 3). Why: counted per round, the 30th look of a three-block interval (2 df) ran at t ≈ 166, and
+three H100 starts that read FULL's TTFT 0.710×, 0.755× and 0.784× gave [0.006, 94.7] (Qwen2.5-0.5B,
+2026-12-06): no number of rounds could settle it. "Better" and "equivalent" come from one family per race
+(block looks once two starts of each side exist, per-round looks only before), so each keeps ``α``; "worse"
+may come from either, at most ``2α``, and the per-round family must also clear the start margin.
 The selector's verdicts spend (:data:`graphmode.selector.verdicts.SPENDING_RULE`). Without it a
 rule that looks every round reaches "better" on extreme rounds: effect sizes quoted at the stopping round
 were 0.66× where all 19 rounds read 0.725×. The A/A control arm (``--control``) still measures the
@@ -75,7 +87,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -127,6 +139,7 @@ class Decision:
     why: str
     starts: int = 1  # distinct engine starts behind the rounds: the fewer of the mode's and the default's
     blocks: int = 1  # distinct (mode start, default start) pairs behind the rounds
+    level: float | None = None  # the confidence the interval was taken at (a spent look's, when the rule spends)
     # what the interval over the rounds reads when the starts alone hold the verdict back ("better" from two
     # start blocks and no A/A arm): evidence at least as strong as a one-start "better", which a caller may
     # act on when independent comparisons agree
@@ -217,11 +230,12 @@ def block_interval(log_ratios: Sequence[float], blocks: Sequence[Block], confide
     means = [float(np.mean(g)) for g in groups.values()]
     mean = float(np.mean(means))
     q = (1 + confidence) / 2
-    if k >= 3:
+    aa = between is not None and between.blocks >= 1
+    if k >= 3 and not aa:
         d = design_effect(keys)
         half = float(_t_ppf(q, k - 1)) * math.sqrt(d) * float(np.std(means, ddof=1)) / math.sqrt(k)
         return mean, mean - half, mean + half, f"t over {k} start blocks (design effect {d:.2f})"
-    if k != 2 or between is None or between.blocks < 1:
+    if k < 2 or between is None or not aa:
         return None
     s2w, dfw = _pooled_within(list(groups.values()))
     if dfw < 1:
@@ -233,7 +247,7 @@ def block_interval(log_ratios: Sequence[float], blocks: Sequence[Block], confide
         return None
     df = var**2 / ((a**2 / between.blocks if a > 0 else 0.0) + (b**2 / dfw if b > 0 else 0.0))
     half = float(_t_ppf(q, df)) * math.sqrt(var)
-    return mean, mean - half, mean + half, f"2 start blocks + A/A start variance ({df:.1f} df)"
+    return mean, mean - half, mean + half, f"{k} start blocks + A/A start variance ({df:.1f} df)"
 
 
 def between_from_aa(log_ratios: Sequence[float], blocks: Sequence[Block]) -> BetweenStarts | None:
@@ -250,29 +264,15 @@ def between_from_aa(log_ratios: Sequence[float], blocks: Sequence[Block]) -> Bet
 
 def decide(log_ratios: Sequence[float], rule: SequentialRule = SequentialRule(),
            blocks: Sequence[Block] | None = None, between: BetweenStarts | None = None,
-           more_starts: bool = False) -> Decision:
-    """The verdict on the rounds so far (:func:`_rules`), marked when its interval is over start blocks.
-
-    The rounds so far are look ``n - min_rounds + 1`` of the race (one look a round), taken at that look's
-    confidence (:func:`look_confidence`) when the rule spends its error rate."""
-    n = sum(1 for y in log_ratios if math.isfinite(y))
-    rule = _at_look(rule, max(1, n - max(rule.min_rounds, 2) + 1))
-    d = _rules(log_ratios, rule, blocks, between, more_starts)
-    if d.lo is None or d.starts < 2:
-        return d
-    bs = list(blocks) if blocks is not None else [ONE_BLOCK] * len(log_ratios)
-    ys = [(float(y), b) for y, b in zip(log_ratios, bs, strict=True) if math.isfinite(y)]
-    over = block_interval([y for y, _ in ys], [b for _, b in ys], rule.confidence, between) is not None
-    return dataclasses.replace(d, over_starts=over) if over else d
-
-
-def _rules(log_ratios: Sequence[float], rule: SequentialRule, blocks: Sequence[Block] | None,
-           between: BetweenStarts | None, more_starts: bool) -> Decision:
+           more_starts: bool = False, complete: Collection[Block] | None = None) -> Decision:
     """The verdict on the rounds so far (see the module docstring for the rules).
 
     *blocks* names each round's (mode start, default start) (None: one start each); *between* is the A/A
     arm's start variance; *more_starts* says the race's rounds as a whole have two starts of each side,
-    so that one-start looks must not settle "better" or "equivalent".
+    so that one-start looks must not settle "better" or "equivalent"; *complete* the blocks whose rounds are
+    all in (None: every block), the only ones an interval over start blocks is taken on. The rounds so far
+    are look ``n - min_rounds + 1`` of the per-round interval, the complete blocks look ``K - K₀ + 1`` of the
+    interval over blocks, each at that look's confidence (:func:`look_confidence`) when the rule spends.
     """
     bs = list(blocks) if blocks is not None else [ONE_BLOCK] * len(log_ratios)
     pairs = [(float(y), b) for y, b in zip(log_ratios, bs, strict=True) if math.isfinite(y)]
@@ -285,44 +285,59 @@ def _rules(log_ratios: Sequence[float], rule: SequentialRule, blocks: Sequence[B
         return Decision("undecided", n, math.exp(sum(ys) / n), None, None,
                         f"{n} of the {rule.min_rounds} rounds needed before a verdict", starts, k)
     need = max(rule.min_starts, 2 if more_starts else 1)
-    pct = f"{rule.confidence:.0%}"
-    iv = block_interval(ys, bs, rule.confidence, between) if starts >= 2 else None
+    iv = _over_blocks(ys, bs, rule, between, complete) if starts >= 2 else None
     if iv is not None:
-        mean, lo, hi, how = iv
+        mean, lo, hi, how, level = iv
         allow, note = True, ""
-        pct = f"{pct} ({how})"
+        pct = f"{rule.confidence:.0%} ({how})"
     else:
-        mean, lo, hi = interval(ys, rule.confidence)
+        level = _at_look(rule, max(1, n - max(rule.min_rounds, 2) + 1)).confidence
+        mean, lo, hi = interval(ys, level)
+        pct = f"{rule.confidence:.0%}"
         allow = starts >= need and starts < 2
         note = (f"needs more starts: {k} start blocks and no A/A arm to measure the start effect" if starts >= 2
                 else f"needs {need} engine starts of the mode and of the default before better or equivalent "
                      f"({starts} so far)")
     up, down = math.log1p(rule.delta), math.log1p(-rule.delta)
     ratio, rlo, rhi = math.exp(mean), math.exp(lo), math.exp(hi)
+
+    def at(verdict: Verdict, why: str, reads: Verdict | None = None) -> Decision:
+        return Decision(verdict, n, ratio, rlo, rhi, why, starts, k, reads=reads, over_starts=iv is not None,
+                        level=level)
+
     # without an interval over starts the start may be all of it, so "worse" must clear the start margin
     # even where one start per arm was asked for: an A/A arm (FULL, which vLLM ran as the default on
     # FlashInfer; H200, 2026-12-02) read TTFT 1.228x [1.05-1.43] from one start each
     worse_at = up if iv is not None else up + rule.start_margin
     if lo > worse_at:
         extra = "" if allow else f" and the start margin ({math.exp(worse_at):.3f}, {k} start blocks)"
-        return Decision("worse", n, ratio, rlo, rhi, f"{pct} interval above 1+δ ({1 + rule.delta:.3f}){extra}",
-                        starts, k)
+        return at("worse", f"{pct} interval above 1+δ ({1 + rule.delta:.3f}){extra}")
     settled = None
     if hi < down:
-        settled = Decision("better", n, ratio, rlo, rhi, f"{pct} interval below 1-δ ({1 - rule.delta:.3f})",
-                           starts, k)
+        settled = at("better", f"{pct} interval below 1-δ ({1 - rule.delta:.3f})")
     elif -up <= lo and hi <= up:
-        settled = Decision("equivalent", n, ratio, rlo, rhi, f"{pct} interval inside [1/(1+δ), 1+δ] (TOST)",
-                           starts, k)
+        settled = at("equivalent", f"{pct} interval inside [1/(1+δ), 1+δ] (TOST)")
     if settled is not None:
-        return settled if allow else Decision("undecided", n, ratio, rlo, rhi,
-                                              f"{note}; one start reads {settled.verdict}", starts, k,
-                                              reads=settled.verdict)
+        return settled if allow else at("undecided", f"{note}; one start reads {settled.verdict}",
+                                        reads=settled.verdict)
     why = _open_reason(lo, hi, up, down)
     if lo > up:  # past 1+δ, short of the start margin
         why = (f"interval above 1+δ but not past the start margin ({math.exp(worse_at):.3f}): without an "
                "interval over starts, one engine start may be all of it")
-    return Decision("undecided", n, ratio, rlo, rhi, why if allow else f"{why}; {note}", starts, k)
+    return at("undecided", why if allow else f"{why}; {note}")
+
+
+def _over_blocks(ys: Sequence[float], bs: Sequence[Block], rule: SequentialRule, between: BetweenStarts | None,
+                 complete: Collection[Block] | None) -> tuple[float, float, float, str, float] | None:
+    """The interval over the complete start blocks at their look's confidence: (mean, lower, upper, how,
+    confidence), or None while they give none."""
+    kept = [(y, b) for y, b in zip(ys, bs, strict=True) if complete is None or b in complete]
+    if not kept or starts_of([b for _, b in kept]) < 2:
+        return None
+    first = 2 if between is not None and between.blocks >= 1 else 3
+    level = _at_look(rule, max(1, len({b for _, b in kept}) - first + 1)).confidence
+    iv = block_interval([y for y, _ in kept], [b for _, b in kept], level, between)
+    return None if iv is None else (*iv, level)
 
 
 def look_confidence(confidence: float, look: int) -> float:
@@ -340,7 +355,8 @@ def _at_look(rule: SequentialRule, look: int) -> SequentialRule:
 
 
 def sequential_decision(log_ratios: Sequence[float], rule: SequentialRule = SequentialRule(),
-                        blocks: Sequence[Block] | None = None, between: BetweenStarts | None = None) -> Decision:
+                        blocks: Sequence[Block] | None = None, between: BetweenStarts | None = None,
+                        open_blocks: Collection[Block] = frozenset()) -> Decision:
     """The verdict at the first round whose interval crossed a boundary, else the open one over all rounds.
 
     A race looks after every round and acts on the first crossing (it stops the engine once every metric
@@ -348,16 +364,22 @@ def sequential_decision(log_ratios: Sequence[float], rule: SequentialRule = Sequ
     reopen it. Replaying the rounds in order gives the same answer from the dataset: a look that saw one
     start of each side settles "better" or "equivalent" only when the rounds as a whole have no second
     start either (the race was run with ``--starts 1``, or stopped before it restarted anything).
+    *open_blocks*: blocks whose engines still run (a live race's), left out of the interval over blocks.
     """
     bs = list(blocks) if blocks is not None else [ONE_BLOCK] * len(log_ratios)
     pairs = [(float(y), b) for y, b in zip(log_ratios, bs, strict=True) if math.isfinite(y)]
     ys, bs = [y for y, _ in pairs], [b for _, b in pairs]
     more = starts_of(bs) >= 2
+    last = {b: i for i, b in enumerate(bs)}
+
+    def complete(n: int) -> set[Block]:  # blocks whose every round is among the first n and that stopped
+        return {b for b, i in last.items() if i < n and b not in open_blocks}
+
     for n in range(max(rule.min_rounds, 2), len(ys) + 1):
-        d = decide(ys[:n], rule, bs[:n], between, more)
+        d = decide(ys[:n], rule, bs[:n], between, more, complete(n))
         if d.decided:
-            return _held(d, decide(ys, rule, bs, between, more)) if n < len(ys) else d
-    return decide(ys, rule, bs, between, more)
+            return _held(d, decide(ys, rule, bs, between, more, complete(len(ys)))) if n < len(ys) else d
+    return decide(ys, rule, bs, between, more, complete(len(ys)))
 
 
 def _held(settled: Decision, now: Decision) -> Decision:
@@ -386,7 +408,9 @@ def needed_to_decide(d: Decision, rule: SequentialRule = SequentialRule(), limit
     m = d.blocks if over_blocks else d.n
     if m < 2:
         return None
-    q = (1 + rule.confidence) / 2
+    # the interval's own confidence: a spent look's is far above the rule's, and reading its width at the
+    # rule's made three consistent H100 start blocks look like an sd of 1.9 per block
+    q = (1 + (d.level if d.level is not None else rule.confidence)) / 2
     theta, half = math.log(d.ratio), (math.log(d.hi) - math.log(d.lo)) / 2
     sd = half * math.sqrt(m) / _t_ppf(q, m - 1)
     up, down = math.log1p(rule.delta), math.log1p(-rule.delta)

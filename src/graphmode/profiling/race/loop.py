@@ -169,7 +169,9 @@ class Racer(EngineStarts):
 
     def verdicts(self) -> dict[str, ArmVerdicts]:
         names = [w.name for w in self.cells]
-        return {a.name: arm_verdicts(self.table, a.name, self.config.metrics, self.rule, names)
+        # a running engine's block may still grow: an interval over start blocks looks once per complete set
+        running = {e.start_id for e in self.engines if e.state == "live"}
+        return {a.name: arm_verdicts(self.table, a.name, self.config.metrics, self.rule, names, running)
                 for a in self.challengers}
 
     # ------------------------------------------------------------------ the race
