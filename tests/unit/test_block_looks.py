@@ -119,3 +119,18 @@ def test_a_live_race_leaves_its_running_engines_blocks_open() -> None:
     running = arm_verdicts(table, "FULL", ["ttft_p50"], SPEND, running={"F:s3", "D:s3"}).pooled["ttft_p50"]
     stopped = arm_verdicts(table, "FULL", ["ttft_p50"], SPEND).pooled["ttft_p50"]
     assert running.verdict == "undecided" and stopped.verdict == "better" and stopped.over_starts
+
+
+def test_a_staggered_restart_completes_the_blocks_of_the_engine_it_stopped() -> None:
+    """(A1,D1), (A1,D2), (A2,D2), (A2,D3) with A2 and D3 up: only (A2,D3) can still gain rounds."""
+    table = RoundTable()
+    rng = np.random.default_rng(11)
+    r = 0
+    for a, d in (("A1", "D1"), ("A1", "D2"), ("A2", "D2"), ("A2", "D3")):
+        for _ in range(5):
+            table.add(DEFAULT_ARM, r, "w", {"ttft_p50": 0.1}, start=d)
+            table.add("FULL", r, "w", {"ttft_p50": 0.1 * math.exp(-0.3 + rng.normal(0, 0.02))}, start=a)
+            r += 1
+    live = arm_verdicts(table, "FULL", ["ttft_p50"], SPEND, running={"A2", "D3"}).pooled["ttft_p50"]
+    assert live.over_starts and live.verdict == "better"  # three complete blocks, not two
+    assert live.n == 15 and live.blocks == 3  # settled when (A2,D2) completed, at round 15

@@ -137,7 +137,7 @@ class ArmVerdicts:
 def arm_verdicts(table: RoundTable, arm: str, metrics: Sequence[str], rule: SequentialRule,
                  workloads: Iterable[str] | None = None, running: Collection[str] = frozenset()) -> ArmVerdicts:
     """Pooled verdicts at *rule*, and per-workload ones at a Bonferroni-corrected confidence. *running*: the
-    engine starts still up (a live race's), whose blocks are not complete (sequential_decision's open_blocks).
+    engine starts still up (a live race's); a block of two running starts is not complete (open_blocks).
 
     An arm gets one verdict per workload of the design, so at the pooled confidence a six-workload design
     would call a difference on some workload of an A/A arm far more often than 5% of the time; each
@@ -154,7 +154,8 @@ def arm_verdicts(table: RoundTable, arm: str, metrics: Sequence[str], rule: Sequ
 
 def _decide(data: tuple[list[float], list[Block]], rule: SequentialRule, between: BetweenStarts | None,
             running: Collection[str]) -> Decision:
-    running_blocks = {b for b in data[1] if b[0] in running or b[1] in running}
+    # a block gains rounds only while both its engines run: once either stops (a staggered restart), it is complete
+    running_blocks = {b for b in data[1] if b[0] in running and b[1] in running}
     return sequential_decision(data[0], rule, data[1], between, running_blocks)
 
 
