@@ -118,7 +118,8 @@ def test_capture_table_on_a_synthetic_race(tmp_path: Path) -> None:
     assert "| 4 (≤8) / 51 (≤512) |" in low
     # lone starts: graph GiB 0.04 vs 0.51, KV tokens 1,996,800 vs 1,959,200, no '~' mark
     assert "| 0.04 / 0.51 |" in low and "| 1,996,800 / 1,959,200 |" in low and "~" not in low
-    assert "| equivalent 0.999× [0.988–1.010] n=9 |" in low, low
+    # settled when the third block (A2, D2) is complete: its last low-load round, the 12th
+    assert "| equivalent 1.000× [0.997–1.003] n=12 |" in low, low
     # start-up from the race's warm starts (4 sizes: 40.8 s + jitter < 1; 51 sizes: 50.2 s + jitter)
     arm_up, default_up = (float(x) for x in low.split(" | ")[4].split(" / "))
     assert 40.8 <= arm_up < 41.8 and 50.2 <= default_up < 51.2, low

@@ -384,7 +384,8 @@ def sequential_decision(log_ratios: Sequence[float], rule: SequentialRule = Sequ
 
 def _held(settled: Decision, now: Decision) -> Decision:
     """*settled* with what every round reads where that differs. Why: the 8B's 2 req/s capture list settled
-    "equivalent" at round 4 over three start blocks (1.007x [0.987-1.028]); a burst in round 10 read 1.58x,
+    "equivalent" at round 4 over three start blocks (1.007x [0.987-1.028], when blocks were looked at before
+    they were complete); a burst in round 10 read 1.58x,
     and all 16 rounds read 1.038x [0.893-1.207] (H200, 2026-12-04). A look that stopped early is a verdict
     on the rounds it saw; the later ones say whether the traffic it saw was typical."""
     if now.verdict == settled.verdict or now.ratio is None:

@@ -2,10 +2,10 @@
 
 The chooser predicts what a list saves at start-up (capture seconds, graph GiB, KV cache tokens) and how many
 steps replay a graph; it predicts nothing about latency, and on the H200 the races of such lists against
-vLLM's default mostly could not tell (docs/capture-sizes.md: at 2 req/s the 8B's 7-size list read TPOT 0.993x
-[0.966-1.020]; the 1B's paired rounds scattered by 12-22%, its engine core at a full core at 32 req/s). So an
-answer names the raced list most like the chosen one, for the deployment's shape, with its verdict per raced
-workload, rather than letting the savings imply that latency is unchanged.
+vLLM's default mostly could not tell (docs/capture-sizes.md: at 2 req/s the 8B's 7-size list read TPOT
+1.04x [0.87-1.24] over 16 rounds; the 1B's paired rounds scattered by 12-22%, its engine core at a full core
+at 32 req/s). So an answer names the raced list most like the chosen one, for the deployment's shape, with
+its verdict per raced workload, rather than letting the savings imply that latency is unchanged.
 
 Read from the model's datasets (its capture datasets hold the capture chain's races): race rows of arms with
 ``race_capture_sizes``, paired with their race's default arm; verdicts by the race's own rule
