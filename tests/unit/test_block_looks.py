@@ -134,3 +134,24 @@ def test_a_staggered_restart_completes_the_blocks_of_the_engine_it_stopped() -> 
     live = arm_verdicts(table, "FULL", ["ttft_p50"], SPEND, running={"A2", "D3"}).pooled["ttft_p50"]
     assert live.over_starts and live.verdict == "better"  # three complete blocks, not two
     assert live.n == 15 and live.blocks == 3  # settled when (A2,D2) completed, at round 15
+
+
+def test_the_a_a_model_at_three_blocks_keeps_the_false_better_rate() -> None:
+    """Races whose mode equals the default (ratio 1), a start effect of 10% per start, 10% round noise, three
+    sessions of ten rounds, an A/A arm beside it: "better" over start blocks stays under the one-sided 2.5%."""
+    from graphmode.profiling.sequential import between_from_aa
+
+    rng = np.random.default_rng(1)
+    rule = SequentialRule(spend=True, min_starts=2)
+    races, better = 300, 0
+    for _ in range(races):
+        a, c, d = (rng.normal(0, 0.1, 3) for _ in range(3))
+        ys, bs, yc, bc = [], [], [], []
+        for k in range(3):
+            for _ in range(10):
+                ys.append(a[k] - d[k] + rng.normal(0, 0.1))
+                bs.append((f"A{k}", f"D{k}"))
+                yc.append(c[k] - d[k] + rng.normal(0, 0.1))
+                bc.append((f"C{k}", f"D{k}"))
+        better += sequential_decision(ys, rule, bs, between_from_aa(yc, bc)).verdict == "better"
+    assert better / races < 0.025
