@@ -118,23 +118,6 @@ def test_noise_from_a_race_dataset() -> None:
     assert any(n.startswith("tau ") for n in notes)
 
 
-def _load_aa() -> ModuleType:
-    return load_bench("race_plan_aa")
-
-
-def test_the_dropped_alternative_interval_runs_and_restores_the_rule() -> None:
-    """bench/race_plan_aa.py (design.md, tried and dropped): a clear 0.7× is called better under both rules,
-    and the race's own interval is back in place afterwards."""
-    from graphmode.profiling import sequential
-    aa = _load_aa()
-    before = sequential.block_interval
-    for alternative in (False, True):
-        shares, _ = aa.run(0.7, 2, 0.0, 0.01, alternative, races=5)
-        assert shares["better"] == 100
-    assert sequential.block_interval is before
-    assert aa.main(["x"]) == 2 and aa.main(["0.02", "0"]) == 2
-
-
 def test_resident_replicas_pair_the_diagonal_and_beat_restarts_on_a_start_effect() -> None:
     """--replicas: round k pairs replica k mod R of each side (disjoint blocks, no wave); at a start effect
     the size of δ, resident replicas decide a 0.9x where two restarted starts mostly do not."""
