@@ -88,6 +88,8 @@ def test_with_an_a_a_arm_two_complete_blocks_are_the_first_look() -> None:
     assert d.verdict == "better" and d.n == n12 and d.blocks == 2 and d.over_starts
     assert d.level == pytest.approx(look_confidence(0.95, 1))
     assert "A/A start variance" in d.why
+    # its degrees of freedom come mostly from the rounds, and the plan for an open verdict reads them
+    assert d.df is not None and d.df > 2
     # the third block is the second look
     three = sequential_decision(ys, SPEND, bs, between, open_blocks=set())
     assert three.since is None  # all rounds read better too

@@ -140,6 +140,7 @@ class Decision:
     starts: int = 1  # distinct engine starts behind the rounds: the fewer of the mode's and the default's
     blocks: int = 1  # distinct (mode start, default start) pairs behind the rounds
     level: float | None = None  # the confidence the interval was taken at (a spent look's, when the rule spends)
+    df: float | None = None  # the degrees of freedom of its t quantile
     # what the interval over the rounds reads when the starts alone hold the verdict back ("better" from two
     # start blocks and no A/A arm): evidence at least as strong as a one-start "better", which a caller may
     # act on when independent comparisons agree
@@ -220,8 +221,9 @@ def design_effect(keys: Sequence[Block]) -> float:
 
 
 def block_interval(log_ratios: Sequence[float], blocks: Sequence[Block], confidence: float,
-                   between: BetweenStarts | None = None) -> tuple[float, float, float, str] | None:
-    """(mean, lower, upper, how) in log space with blocks as the unit, or None when no interval is possible."""
+                   between: BetweenStarts | None = None) -> tuple[float, float, float, str, float] | None:
+    """(mean, lower, upper, how, degrees of freedom) in log space with blocks as the unit, or None when no
+    interval is possible."""
     import numpy as np
 
     groups = _by_block(log_ratios, blocks)
@@ -234,7 +236,7 @@ def block_interval(log_ratios: Sequence[float], blocks: Sequence[Block], confide
     if k >= 3 and not aa:
         d = design_effect(keys)
         half = float(_t_ppf(q, k - 1)) * math.sqrt(d) * float(np.std(means, ddof=1)) / math.sqrt(k)
-        return mean, mean - half, mean + half, f"t over {k} start blocks (design effect {d:.2f})"
+        return mean, mean - half, mean + half, f"t over {k} start blocks (design effect {d:.2f})", float(k - 1)
     if k < 2 or between is None or not aa:
         return None
     s2w, dfw = _pooled_within(list(groups.values()))
@@ -247,7 +249,7 @@ def block_interval(log_ratios: Sequence[float], blocks: Sequence[Block], confide
         return None
     df = var**2 / ((a**2 / between.blocks if a > 0 else 0.0) + (b**2 / dfw if b > 0 else 0.0))
     half = float(_t_ppf(q, df)) * math.sqrt(var)
-    return mean, mean - half, mean + half, f"{k} start blocks + A/A start variance ({df:.1f} df)"
+    return mean, mean - half, mean + half, f"{k} start blocks + A/A start variance ({df:.1f} df)", df
 
 
 def between_from_aa(log_ratios: Sequence[float], blocks: Sequence[Block]) -> BetweenStarts | None:
@@ -287,12 +289,13 @@ def decide(log_ratios: Sequence[float], rule: SequentialRule = SequentialRule(),
     need = max(rule.min_starts, 2 if more_starts else 1)
     iv = _over_blocks(ys, bs, rule, between, complete) if starts >= 2 else None
     if iv is not None:
-        mean, lo, hi, how, level = iv
+        mean, lo, hi, how, df, level = iv
         allow, note = True, ""
         pct = f"{rule.confidence:.0%} ({how})"
     else:
         level = _at_look(rule, max(1, n - max(rule.min_rounds, 2) + 1)).confidence
         mean, lo, hi = interval(ys, level)
+        df = float(n - 1)
         pct = f"{rule.confidence:.0%}"
         allow = starts >= need and starts < 2
         note = (f"needs more starts: {k} start blocks and no A/A arm to measure the start effect" if starts >= 2
@@ -303,7 +306,7 @@ def decide(log_ratios: Sequence[float], rule: SequentialRule = SequentialRule(),
 
     def at(verdict: Verdict, why: str, reads: Verdict | None = None) -> Decision:
         return Decision(verdict, n, ratio, rlo, rhi, why, starts, k, reads=reads, over_starts=iv is not None,
-                        level=level)
+                        level=level, df=df)
 
     # without an interval over starts the start may be all of it, so "worse" must clear the start margin
     # even where one start per arm was asked for: an A/A arm (FULL, which vLLM ran as the default on
@@ -328,9 +331,9 @@ def decide(log_ratios: Sequence[float], rule: SequentialRule = SequentialRule(),
 
 
 def _over_blocks(ys: Sequence[float], bs: Sequence[Block], rule: SequentialRule, between: BetweenStarts | None,
-                 complete: Collection[Block] | None) -> tuple[float, float, float, str, float] | None:
+                 complete: Collection[Block] | None) -> tuple[float, float, float, str, float, float] | None:
     """The interval over the complete start blocks at their look's confidence: (mean, lower, upper, how,
-    confidence), or None while they give none."""
+    degrees of freedom, confidence), or None while they give none."""
     kept = [(y, b) for y, b in zip(ys, bs, strict=True) if complete is None or b in complete]
     if not kept or starts_of([b for _, b in kept]) < 2:
         return None
@@ -410,10 +413,12 @@ def needed_to_decide(d: Decision, rule: SequentialRule = SequentialRule(), limit
     if m < 2:
         return None
     # the interval's own confidence: a spent look's is far above the rule's, and reading its width at the
-    # rule's made three consistent H100 start blocks look like an sd of 1.9 per block
+    # rule's made three consistent H100 start blocks look like an sd of 1.9 per block; and its own degrees of
+    # freedom (the A/A model's come mostly from the rounds, not from the blocks), which grow with the units
     q = (1 + (d.level if d.level is not None else rule.confidence)) / 2
+    df = d.df if d.df is not None else float(m - 1)
     theta, half = math.log(d.ratio), (math.log(d.hi) - math.log(d.lo)) / 2
-    sd = half * math.sqrt(m) / _t_ppf(q, m - 1)
+    sd = half * math.sqrt(m) / _t_ppf(q, df)
     up, down = math.log1p(rule.delta), math.log1p(-rule.delta)
     if abs(theta) < up:
         target, gap = "equivalent", up - abs(theta)
@@ -425,7 +430,7 @@ def needed_to_decide(d: Decision, rule: SequentialRule = SequentialRule(), limit
         return None  # between 1/(1+δ) and 1-δ: neither boundary is in reach from here
     unit = "start blocks" if over_blocks else "rounds"
     n = max(m, 2)
-    while n <= limit and _t_ppf(q, n - 1) * sd / math.sqrt(n) > gap:
+    while n <= limit and _t_ppf(q, max(n - 1, df * n / m)) * sd / math.sqrt(n) > gap:
         n = max(n + 1, int(n * 1.1))
     noise = f"at this noise (sd {sd:.3f} of ln ratio per {unit[:-1]})"
     if n > limit:
